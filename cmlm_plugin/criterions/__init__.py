@@ -1,0 +1,3 @@
+"""Criterions registered by the plugin."""
+
+from .cmlm_loss import CMLMPluginLoss  # noqa: F401

@@ -1,0 +1,3 @@
+"""Models registered by the plugin."""
+
+from .cmlm_transformer import CMLMPluginModel  # noqa: F401

@@ -1,0 +1,200 @@
+"""Conditional masked language model: a Transformer with a bidirectional decoder.
+
+Ghazvininejad et al., "Mask-Predict: Parallel Decoding of Conditional Masked
+Language Models", EMNLP 2019, Section 2. The encoder is fairseq's Transformer
+encoder; the decoder is fairseq's Transformer decoder run without the causal mask
+(every target position attends to every other) and with cross-attention to the
+encoder; a length head (``length_head.py``) predicts the target length from the
+encoder. Decoder inputs are the real target tokens only (no BOS/EOS), some of
+them replaced by ``<mask>``.
+
+The model owns one step; the loop lives in ``cmlm_plugin.decoding``.
+``forward`` returns a dict of loss terms that the criterion sums.
+"""
+
+from typing import Dict, Optional
+
+import torch
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerDecoder, TransformerModel
+from fairseq.models.transformer.transformer_legacy import base_architecture
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from torch import Tensor
+
+from ..symbols import mask_index
+from .length_head import LengthHead
+
+MODEL_NAME = "cmlm_plugin_transformer"
+
+
+class BidirectionalDecoder(TransformerDecoder):
+    """fairseq's Transformer decoder with full (non-causal) self-attention."""
+
+    def forward(self, prev_output_tokens, encoder_out=None, features_only=False, **unused):
+        features, extra = self.extract_features(
+            prev_output_tokens, encoder_out=encoder_out, full_context_alignment=True
+        )  # B x T x C
+        if features_only:
+            return features, extra
+        return self.output_layer(features), extra  # B x T x V
+
+
+@register_model(MODEL_NAME)
+class CMLMPluginModel(TransformerModel):
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.mask_idx = mask_index(decoder.dictionary)
+        self.length_head = LengthHead(
+            args.encoder_embed_dim, args.length_classes, offset=args.length_offset
+        )
+        if not args.no_bert_init:
+            self.apply(init_bert_params)
+
+    @classmethod
+    def hub_models(cls):
+        return {}  # no downloadable checkpoints: from_pretrained takes local paths
+
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        parser.add_argument(
+            "--length-classes",
+            type=int,
+            metavar="C",
+            help="number of target-length classes predicted from the encoder "
+            "(lengths 0..C-1, or offsets -C/2..C/2-1 with --length-offset)",
+        )
+        parser.add_argument(
+            "--length-offset",
+            action="store_true",
+            help="predict target length minus source length instead of the length",
+        )
+        parser.add_argument(
+            "--no-bert-init",
+            action="store_true",
+            help="keep fairseq's Transformer initialisation instead of BERT's N(0, 0.02)",
+        )
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return BidirectionalDecoder(
+            args,
+            tgt_dict,
+            embed_tokens,
+            no_encoder_attn=getattr(args, "no_cross_attention", False),
+        )
+
+    def predict_length(self, encoder_out: Dict) -> Dict[str, Tensor]:
+        """Length log-probabilities ``B x C`` and the length of each class ``B x C``."""
+        padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
+        logits = self.length_head(encoder_out["encoder_out"][0], padding_mask)  # B x C
+        source_lengths = (~padding_mask).sum(dim=1)  # B
+        return {
+            "logprobs": torch.log_softmax(logits.float(), dim=-1),
+            "class_lengths": self.length_head.class_lengths(source_lengths),
+        }
+
+    def decoder_logits(self, tokens: Tensor, encoder_out: Dict) -> Tensor:
+        """One decoding step: ``N x L`` tokens (with ``<mask>``) -> ``N x L x V`` logits."""
+        logits, _ = self.decoder(tokens, encoder_out=encoder_out)
+        return logits
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Tensor,
+        prev_output_tokens: Tensor,
+        tgt_tokens: Optional[Tensor] = None,
+        **unused,
+    ):
+        """Training forward: loss terms for the masked positions and the length.
+
+        ``prev_output_tokens`` is the noisy target (``B x T``, real tokens and
+        ``<mask>``, right-padded); ``tgt_tokens`` the clean one. The output
+        projection runs only at masked positions.
+        """
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
+        length_logits = self.length_head(encoder_out["encoder_out"][0], padding_mask)  # B x C
+        features, _ = self.decoder(
+            prev_output_tokens, encoder_out=encoder_out, features_only=True
+        )  # B x T x C
+        masked = prev_output_tokens.eq(self.mask_idx)  # B x T
+        word_logits = self.decoder.output_layer(features[masked])  # M x V
+        terms = {"word_ins": {"out": word_logits}, "length": {"out": length_logits}}
+        if tgt_tokens is not None:
+            pad = self.decoder.dictionary.pad()
+            target_lengths = tgt_tokens.ne(pad).sum(dim=1)  # B
+            source_lengths = (~padding_mask).sum(dim=1)  # B
+            terms["word_ins"]["tgt"] = tgt_tokens[masked]  # M
+            terms["length"]["tgt"] = self.length_head.target_classes(
+                target_lengths, source_lengths
+            )  # B
+        return terms
+
+
+def _cmlm_defaults(args):
+    args.encoder_learned_pos = getattr(args, "encoder_learned_pos", True)
+    args.decoder_learned_pos = getattr(args, "decoder_learned_pos", True)
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    args.activation_fn = getattr(args, "activation_fn", "gelu")
+    args.dropout = getattr(args, "dropout", 0.3)
+    args.length_classes = getattr(args, "length_classes", None) or 256
+    args.length_offset = getattr(args, "length_offset", False)
+    args.no_bert_init = getattr(args, "no_bert_init", False)
+    base_architecture(args)
+
+
+@register_model_architecture(MODEL_NAME, "cmlm_plugin_base")
+def cmlm_plugin_base(args):
+    """The paper's base model: 6+6 layers, d=512, FFN 2048, 8 heads."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 2048)
+    args.encoder_layers = getattr(args, "encoder_layers", 6)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
+    args.decoder_layers = getattr(args, "decoder_layers", 6)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    _cmlm_defaults(args)
+
+
+@register_model_architecture(MODEL_NAME, MODEL_NAME)
+def cmlm_plugin_default(args):
+    cmlm_plugin_base(args)
+
+
+@register_model_architecture(MODEL_NAME, "cmlm_plugin_big")
+def cmlm_plugin_big(args):
+    """Transformer-big sizes: 6+6 layers, d=1024, FFN 4096, 16 heads."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1024)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 4096)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 16)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 16)
+    cmlm_plugin_base(args)
+
+
+@register_model_architecture(MODEL_NAME, "cmlm_plugin_small")
+def cmlm_plugin_small(args):
+    """A CPU-sized model for Multi30k: 3+3 layers, d=256, FFN 1024, 4 heads."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.dropout = getattr(args, "dropout", 0.1)
+    cmlm_plugin_base(args)
+
+
+@register_model_architecture(MODEL_NAME, "cmlm_plugin_tiny")
+def cmlm_plugin_tiny(args):
+    """For tests: 2+2 layers, d=64, FFN 128, 2 heads, 64 length classes."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
+    args.encoder_layers = getattr(args, "encoder_layers", 2)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 2)
+    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 2)
+    args.dropout = getattr(args, "dropout", 0.1)
+    args.length_classes = getattr(args, "length_classes", None) or 64
+    cmlm_plugin_base(args)

@@ -1,0 +1,3 @@
+"""Tasks registered by the plugin."""
+
+from .cmlm_task import CMLMPluginTask  # noqa: F401

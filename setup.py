@@ -1,0 +1,30 @@
+"""cmlm_plugin: Mask-Predict conditional masked language models as a fairseq plugin."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="cmlm-plugin",
+    version="0.1.0",
+    description="Conditional masked language models and Mask-Predict decoding for fairseq",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11,<3.13",
+    packages=find_packages(include=["cmlm_plugin", "cmlm_plugin.*"]),
+    py_modules=["cmlm_plugin_dir"],
+    install_requires=[
+        # fairseq 0.12.2 on PyPI does not import on Python >= 3.11; ve-fairseq is a
+        # wheel build of fairseq's main branch (cp311/cp312). See README "Install".
+        "ve-fairseq==0.12.3",
+        "torch>=2.1",
+        "numpy",
+        "sacrebleu>=2.0",
+        "sentencepiece",
+    ],
+    extras_require={"test": ["pytest", "hypothesis"], "dev": ["black", "isort"]},
+    entry_points={"console_scripts": ["cmlm-plugin-dir=cmlm_plugin_dir:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,83 @@
+"""Helpers to run fairseq's console commands as subprocesses and parse their output."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+from conftest import ROOT
+
+BIN = Path(sys.executable).parent
+
+
+def command(name: str) -> List[str]:
+    """The console script ``name`` of this Python's environment."""
+    path = shutil.which(name, path=str(BIN)) or shutil.which(name)
+    if path is None:
+        raise FileNotFoundError(f"{name} is not installed: pip install -e . first")
+    return [path]
+
+
+def run(name: str, *args, cwd=None, stdin=None, timeout=900, stdout_only=False) -> str:
+    """Run a console command; fail with its output if it exits non-zero.
+
+    Returns stdout followed by stderr (fairseq logs to stderr), or stdout alone.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        command(name) + [str(a) for a in args],
+        cwd=cwd or ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{name} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
+            f"\n--- stderr\n{proc.stderr[-5000:]}"
+        )
+    return proc.stdout if stdout_only else proc.stdout + proc.stderr
+
+
+def preprocess(raw: Path, out: Path, splits=("train", "valid", "test")) -> None:
+    prefixes = []
+    for split in splits:
+        prefixes += [f"--{split}pref", raw / split]
+    run(
+        "fairseq-preprocess",
+        "--source-lang", "src", "--target-lang", "tgt",
+        *prefixes,
+        "--destdir", out, "--joined-dictionary", "--workers", "1",
+    )  # fmt: skip
+
+
+def hypotheses(output: str, tag: str = "H") -> Dict[int, str]:
+    """``{sentence id: text}`` from fairseq-generate/interactive ``H-``/``D-`` lines."""
+    found = {}
+    for line in output.splitlines():
+        match = re.match(rf"^{tag}-(\d+)\t(\S+)\t(.*)$", line)
+        if match:
+            found[int(match.group(1))] = match.group(3)
+    return found
+
+
+def tagged(output: str, tag: str) -> Dict[str, str]:
+    """``{id: rest}`` from lines ``TAG-id<TAB>rest`` (ids may be ``3_1``)."""
+    found = {}
+    for line in output.splitlines():
+        match = re.match(rf"^{tag}-([\d_]+)\t(.*)$", line)
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def bleu(output: str) -> float:
+    match = re.search(r"BLEU4? = ([\d.]+)", output) or re.search(r"BLEU = ([\d.]+)", output)
+    if match is None:
+        raise AssertionError(f"no BLEU line in:\n{output[-2000:]}")
+    return float(match.group(1))

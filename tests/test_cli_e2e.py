@@ -1,0 +1,121 @@
+"""End-to-end: the user's fairseq commands as subprocesses on tiny generated data.
+
+fairseq-preprocess -> fairseq-train (a few updates) -> fairseq-generate at several
+T and l -> fairseq-interactive, fairseq-validate and the hub interface.
+"""
+
+import subprocess
+import sys
+
+import pytest
+from cli import bleu, hypotheses, preprocess, run, tagged
+from conftest import ROOT
+from toydata import write_transduction
+
+N_TEST = 20
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    write_transduction(root / "raw", {"train": 300, "valid": 20, "test": N_TEST}, seed=3)
+    preprocess(root / "raw", root / "bin")
+    run(
+        "fairseq-train", root / "bin",
+        "--user-dir", "cmlm_plugin",  # relative: as written from the repository root
+        "--task", "cmlm", "--arch", "cmlm_plugin_tiny", "--criterion", "cmlm_plugin_loss",
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "12",
+        "--save-dir", root / "ckpt", "--cpu", "--no-epoch-checkpoints", "--seed", "2",
+        cwd=ROOT,
+    )  # fmt: skip
+    assert (root / "ckpt" / "checkpoint_last.pt").exists()
+    return root
+
+
+def generate(root, *args):
+    plugin = run(
+        "cmlm-plugin-dir", stdout_only=True
+    ).strip()  # the installed path works from anywhere
+    return run(
+        "fairseq-generate", root / "bin", "--user-dir", plugin, "--task", "cmlm",
+        "--path", root / "ckpt" / "checkpoint_last.pt", "--cpu", "--batch-size", "8",
+        "--gen-subset", "test", *args,
+        cwd=root,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("passes", [1, 4, 10])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_generate(trained, passes, beam):
+    out = generate(
+        trained, "--iter-decode-max-iter", passes, "--iter-decode-with-beam", beam,
+        "--print-step", "--scoring", "sacrebleu",
+    )  # fmt: skip
+    hypos = hypotheses(out)
+    assert sorted(hypos) == list(range(N_TEST))  # one hypothesis per input
+    assert not any("<mask>" in h for h in hypos.values())
+    assert all(h.strip() for h in hypos.values())  # predicted lengths are >= 1
+    steps = [int(s) for s in tagged(out, "I").values()]
+    assert len(steps) == N_TEST and all(1 <= s <= passes for s in steps)
+    bleu(out)  # the score line is printed
+
+
+def test_force_max_iter_and_history(trained):
+    out = generate(
+        trained, "--iter-decode-max-iter", 5, "--iter-decode-force-max-iter",
+        "--retain-iter-history", "--print-step",
+    )  # fmt: skip
+    steps = tagged(out, "I")
+    assert set(steps.values()) == {"5"}
+    history = tagged(out, "E")
+    assert len(history) == 5 * N_TEST
+    assert not any("<mask>" in h for h in history.values())
+    final = hypotheses(out)
+    for i in range(N_TEST):
+        assert history[f"{i}_4"] == final[i]  # the last pass is the output
+
+
+def test_generate_rejects_zero_passes(trained):
+    with pytest.raises(AssertionError, match="iter-decode-max-iter"):
+        generate(trained, "--iter-decode-max-iter", 0)
+
+
+def test_interactive(trained):
+    lines = ["a1 a2 a3", "a4 a5", "a6 a7 a8 a9 a10"]
+    out = run(
+        "fairseq-interactive", trained / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+        "--path", trained / "ckpt" / "checkpoint_last.pt", "--cpu", "--source-lang", "src",
+        "--target-lang", "tgt", "--iter-decode-max-iter", 4, "--iter-decode-with-beam", 2,
+        "--input", "-",
+        stdin="\n".join(lines) + "\n",
+    )  # fmt: skip
+    hypos = hypotheses(out)
+    assert sorted(hypos) == [0, 1, 2]
+    assert not any("<mask>" in h for h in hypos.values())
+
+
+def test_validate(trained):
+    out = run(
+        "fairseq-validate", trained / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+        "--path", trained / "ckpt" / "checkpoint_last.pt", "--cpu", "--valid-subset", "valid",
+        "--criterion", "cmlm_plugin_loss", "--max-tokens", 1000,
+    )  # fmt: skip
+    assert "length_loss" in out and "| loss " in out
+
+
+def test_hub_interface_translates_strings(trained):
+    code = (
+        "import cmlm_plugin\n"
+        "from cmlm_plugin.models.cmlm_transformer import CMLMPluginModel\n"
+        f"m = CMLMPluginModel.from_pretrained({str(trained / 'ckpt')!r}, "
+        f"checkpoint_file='checkpoint_last.pt', data_name_or_path={str(trained / 'bin')!r})\n"
+        "out = m.translate(['a1 a2 a3', 'a4 a5'], iter_decode_max_iter=3)\n"
+        "assert isinstance(out, list) and len(out) == 2, out\n"
+        "assert all(isinstance(s, str) and s and '<mask>' not in s for s in out), out\n"
+        "print('HUB-OK', out)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "HUB-OK" in proc.stdout

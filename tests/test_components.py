@@ -1,0 +1,220 @@
+"""Component tests: task, model, criterion and generator on a tiny dictionary."""
+
+import argparse
+import os
+import pickle
+
+import pytest
+import torch
+from conftest import ROOT
+from fairseq import options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+PLUGIN = str(ROOT / "cmlm_plugin")
+WORDS = [f"w{i}" for i in range(30)]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dict")
+    text = "".join(f"{w} {100 - i}\n" for i, w in enumerate(WORDS))
+    for lang in ("src", "tgt"):
+        (folder / f"dict.{lang}.txt").write_text(text)
+    return str(folder)
+
+
+def setup(data_dir, *extra, arch="cmlm_plugin_tiny"):
+    parser = options.get_training_parser()
+    argv = [data_dir, "--user-dir", PLUGIN, "--task", "cmlm", "--arch", arch]
+    argv += ["-s", "src", "-t", "tgt", "--criterion", "cmlm_plugin_loss", "--cpu", *extra]
+    args = options.parse_args_and_arch(parser, argv)
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    return task, model, criterion
+
+
+@pytest.fixture(scope="module")
+def tiny(data_dir):
+    torch.manual_seed(0)
+    return setup(data_dir)
+
+
+def encode(task, sentences):
+    rows = [task.tgt_dict.encode_line(s, add_if_not_exist=False).long() for s in sentences]
+    width = max(len(r) for r in rows)
+    batch = torch.full((len(rows), width), task.tgt_dict.pad())
+    for i, r in enumerate(rows):
+        batch[i, : len(r)] = r  # right-padded here; the task pads sources left
+    return batch
+
+
+def sample_for(task, sources, targets):
+    src = encode(task, sources)
+    return {
+        "net_input": {"src_tokens": src, "src_lengths": src.ne(task.src_dict.pad()).sum(1)},
+        "target": encode(task, targets),
+        "id": torch.arange(len(sources)),
+        "nsentences": len(sources),
+        "ntokens": 0,
+    }
+
+
+def test_registered_names_are_ours_beside_all_of_fairseq(tiny):
+    import fairseq.criterions  # noqa: F401  (imports every fairseq criterion)
+    import fairseq.models  # noqa: F401  (imports every fairseq model)
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.models.nat.cmlm_transformer import CMLMNATransformerModel
+    from fairseq.tasks import TASK_REGISTRY
+
+    from cmlm_plugin.criterions.cmlm_loss import CMLMPluginLoss
+    from cmlm_plugin.models.cmlm_transformer import CMLMPluginModel
+    from cmlm_plugin.tasks.cmlm_task import CMLMPluginTask
+
+    assert MODEL_REGISTRY["cmlm_plugin_transformer"] is CMLMPluginModel
+    for arch in ("cmlm_plugin_tiny", "cmlm_plugin_small", "cmlm_plugin_base", "cmlm_plugin_big"):
+        assert ARCH_MODEL_REGISTRY[arch] is CMLMPluginModel
+    assert TASK_REGISTRY["cmlm"] is CMLMPluginTask
+    assert CRITERION_REGISTRY["cmlm_plugin_loss"] is CMLMPluginLoss
+    assert MODEL_REGISTRY["cmlm_transformer"] is CMLMNATransformerModel  # fairseq's own
+    assert isinstance(tiny[0], CMLMPluginTask) and isinstance(tiny[1], CMLMPluginModel)
+
+
+def test_dictionary_gets_a_dedicated_mask_symbol(tiny):
+    task = tiny[0]
+    d = task.tgt_dict
+    assert task.mask_idx == d.index("<mask>") != d.unk()
+    assert task.mask_idx not in (d.pad(), d.bos(), d.eos())
+    assert len(d) == 4 + len(WORDS) + 1  # specials + words + <mask>
+    assert task.src_dict == task.tgt_dict  # joined: shared embeddings accept it
+
+
+def test_base_arch_has_the_paper_sizes(data_dir):
+    _, model, _ = setup(data_dir, arch="cmlm_plugin_base")
+    args = model.args
+    assert (args.encoder_layers, args.decoder_layers) == (6, 6)
+    assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (512, 2048)
+    assert args.encoder_attention_heads == args.decoder_attention_heads == 8
+    assert args.encoder_learned_pos and args.decoder_learned_pos
+    assert model.encoder.embed_tokens is model.decoder.embed_tokens
+    weight = model.decoder.layers[0].fc1.weight
+    assert abs(float(weight.std()) - 0.02) < 0.002  # BERT-style N(0, 0.02)
+
+
+def test_decoder_self_attention_is_bidirectional(tiny):
+    task, model, _ = tiny
+    model.eval()
+    src = encode(task, ["w1 w2 w3"])
+    enc = model.encoder(src, src_lengths=torch.tensor([4]))
+    tokens = encode(task, ["w4 w5 w6 w7"])[:, :4]
+    changed = tokens.clone()
+    changed[0, 3] = task.tgt_dict.index("w9")  # change the LAST position
+    with torch.no_grad():
+        a = model.decoder_logits(tokens, enc)
+        b = model.decoder_logits(changed, enc)
+    assert not torch.allclose(a[0, 0], b[0, 0])  # the FIRST position sees it
+
+
+def test_loss_counts_masked_positions_only(tiny):
+    task, model, criterion = tiny
+    model.eval()
+    sample = task.add_noise(sample_for(task, ["w1 w2 w3 w4", "w5 w6"], ["w7 w8 w9 w10", "w11 w12"]))
+    assert not sample["target"].eq(task.tgt_dict.eos()).any()  # EOS dropped
+    masked = sample["prev_target"].eq(task.mask_idx)
+    assert masked.sum(1).min() >= 1
+    loss, size, log = criterion(model, sample)
+    assert size == int(masked.sum()) and torch.isfinite(loss)
+
+    unmasked = (~masked & sample["target"].ne(task.tgt_dict.pad())).nonzero()[0]
+    other = dict(sample, target=sample["target"].clone())
+    other["target"][tuple(unmasked)] = task.tgt_dict.index("w20")
+    assert torch.allclose(criterion(model, other)[2]["word_ins_loss"], log["word_ins_loss"])
+    hit = masked.nonzero()[0]
+    other["target"][tuple(hit)] = task.tgt_dict.index("w21")
+    assert not torch.allclose(criterion(model, other)[2]["word_ins_loss"], log["word_ins_loss"])
+
+
+def test_length_targets_absolute_and_offset(data_dir):
+    for extra, expected in (((), [4, 2]), (("--length-offset",), [32 + 4 - 5, 32 + 2 - 2])):
+        task, model, _ = setup(data_dir, *extra)
+        sample = task.add_noise(
+            sample_for(task, ["w1 w2 w3 w4", "w5"], ["w7 w8 w9 w10", "w11 w12"])
+        )
+        terms = model(
+            sample["net_input"]["src_tokens"],
+            sample["net_input"]["src_lengths"],
+            sample["prev_target"],
+            sample["target"],
+        )
+        assert terms["length"]["tgt"].tolist() == expected  # sources hold EOS: 5 and 2
+
+
+def test_generator_outputs_and_single_encoder_pass(tiny):
+    task, model, _ = tiny
+    gen = task.build_generator(
+        [model], argparse.Namespace(iter_decode_max_iter=4, iter_decode_with_beam=3)
+    )
+    calls = []
+    original = model.encoder.forward
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].size(0))
+        return original(*args, **kwargs)
+
+    model.encoder.forward = counting
+    try:
+        sample = sample_for(task, ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9"], ["w1", "w2", "w3"])
+        hypos = task.inference_step(gen, [model], sample)
+    finally:
+        model.encoder.forward = original
+    assert calls == [3]  # one encoder pass for 3 sentences x 3 length candidates
+    d = task.tgt_dict
+    assert len(hypos) == 3 and all(len(h) == 1 for h in hypos)
+    for (hypo,) in hypos:
+        tokens = hypo["tokens"].tolist()
+        assert tokens[-1] == d.eos() and len(tokens) >= 2
+        body = tokens[:-1]
+        assert not set(body) & {d.pad(), d.bos(), d.eos(), task.mask_idx}
+        assert len(body) <= model.decoder.max_positions()
+        assert 1 <= hypo["steps"] <= 4
+        assert hypo["positional_scores"].numel() == len(body)
+
+
+@pytest.mark.parametrize(
+    "max_iter, beam, message",
+    [
+        (0, 1, "iter-decode-max-iter"),
+        (-2, 1, "iter-decode-max-iter"),
+        (3, 0, "with-beam"),
+        (3, 65, "length classes"),
+    ],
+)
+def test_generator_rejects_bad_flags(tiny, max_iter, beam, message):
+    task, model, _ = tiny
+    args = argparse.Namespace(iter_decode_max_iter=max_iter, iter_decode_with_beam=beam)
+    with pytest.raises(ValueError, match=message):
+        task.build_generator([model], args)
+
+
+def test_bad_mask_ratio_range_is_rejected(data_dir):
+    with pytest.raises(ValueError, match="mask-ratio"):
+        setup(data_dir, "--mask-ratio-min", "0.9", "--mask-ratio-max", "0.1")
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.getcwd, ())
+
+
+def test_weights_only_loading_refuses_pickled_callables(tmp_path):
+    import cmlm_plugin  # noqa: F401  (installs the allow-list)
+
+    good = tmp_path / "good.pt"
+    torch.save({"args": argparse.Namespace(arch="x"), "model": {"w": torch.zeros(2)}}, good)
+    assert torch.load(good)["args"].arch == "x"
+    bad = tmp_path / "bad.pt"
+    torch.save({"model": Exploit()}, bad)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(bad)
