@@ -22,6 +22,9 @@ from .decoding import length_candidates, mask_predict, select_best
 from .symbols import mask_index
 
 
+_NO_ENSEMBLE = "Mask-Predict decodes with one model: pass one checkpoint to --path (no ensembles)"
+
+
 class MaskPredictGenerator:
     def __init__(
         self,
@@ -61,6 +64,8 @@ class MaskPredictGenerator:
             force_max_iter=getattr(args, "iter_decode_force_max_iter", False),
             retain_history=getattr(args, "retain_iter_history", False),
         )
+        if len(models) > 1:
+            raise ValueError(_NO_ENSEMBLE)
         for model in models:
             generator.check_model(model)
         return generator
@@ -81,7 +86,7 @@ class MaskPredictGenerator:
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
         if len(models) != 1:
-            raise ValueError("Mask-Predict decodes with one model: ensembles are not supported")
+            raise ValueError(_NO_ENSEMBLE)
         if prefix_tokens is not None or constraints is not None:
             raise ValueError("--prefix-size and --constraints are not supported by --task cmlm")
         model = models[0]
