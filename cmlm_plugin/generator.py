@@ -21,7 +21,6 @@ from torch import Tensor
 from .decoding import length_candidates, mask_predict, select_best
 from .symbols import mask_index
 
-
 _NO_ENSEMBLE = "Mask-Predict decodes with one model: pass one checkpoint to --path (no ensembles)"
 
 
