@@ -30,3 +30,29 @@ def select_lowest(scores: Tensor, counts: Tensor, valid: Tensor) -> Tensor:
     take_sorted = torch.arange(width, device=scores.device)[None, :] < counts[:, None]
     chosen = torch.zeros_like(valid)
     return chosen.scatter(1, order, take_sorted)  # N x L
+
+
+CONFIDENCES = ("max_prob", "neg_entropy", "calibrated", "consistency")
+
+
+def position_confidence(
+    logprobs: Tensor, chosen: Tensor, kind: str = "max_prob", temperature: float = 1.0
+) -> Tensor:
+    """Confidence of each predicted position, ``N x L`` from ``N x L x V`` log-probs.
+
+    ``max_prob``: probability of the chosen token (the paper); ``neg_entropy``: minus
+    the entropy of the position's distribution (tried in the paper); ``calibrated``:
+    probability under ``softmax(log p / temperature)``, a temperature fitted on
+    validation data (``cmlm-calibrate``). ``consistency`` starts from ``max_prob``;
+    the Mask-Predict loop adds the number of consecutive passes that re-predicted
+    the same token.
+    """
+    if kind not in CONFIDENCES:
+        raise ValueError(f"confidence must be one of {CONFIDENCES}, got {kind!r}")
+    if kind == "neg_entropy":
+        return (logprobs.exp() * logprobs.clamp_min(-1e4)).sum(dim=-1)  # N x L
+    if kind == "calibrated":
+        if temperature <= 0:
+            raise ValueError(f"the calibration temperature must be > 0, got {temperature}")
+        logprobs = torch.log_softmax(logprobs / temperature, dim=-1)  # N x L x V
+    return logprobs.gather(-1, chosen[..., None]).squeeze(-1).exp()  # N x L

@@ -1,11 +1,18 @@
-"""The Mask-Predict decoding loop (Ghazvininejad et al., EMNLP 2019, Algorithm of §3).
+"""The Mask-Predict decoding loop (Ghazvininejad et al., EMNLP 2019, §3).
 
 Pass 1 predicts every position from an all-``<mask>`` input. Before pass t+1
-(t = 1 .. T-1) the ``floor(n (T - t) / T)`` lowest-probability tokens are re-masked
+(t = 1 .. T-1) the ``floor(n (T - t) / T)`` least confident tokens are re-masked
 and predicted again; the probability of a position changes only when it is
 re-predicted. ``num_passes`` is T, the number of decoder passes (T = 1 is
 single-pass non-autoregressive decoding) -- fairseq's own generator counts
 ``--iter-decode-max-iter k`` as k + 1 passes; this module does not.
+
+Variants (off by default; the defaults are the paper's): the re-mask schedule
+(``schedules.remask_count``), the confidence that ranks positions
+(``confidence.position_confidence``; ``consistency`` ranks first the tokens that
+consecutive passes re-predicted unchanged), and ``monotone`` decoding, where a
+token that survived a re-masking round is never re-masked again (the paper lets
+every token be re-masked).
 
 Early exit: once a row's re-mask count is 0 it can no longer change, so it leaves
 the batch (its output is exactly what all T passes give). ``force_max_iter`` keeps
@@ -17,8 +24,8 @@ from typing import Callable, List, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from .confidence import select_lowest
-from .schedules import linear_remask_count
+from .confidence import position_confidence, select_lowest
+from .schedules import remask_count
 
 # step(tokens, rows) -> log-probs: tokens is n x L (the rows ``rows`` of the
 # batch, or all N rows when rows is None); returns n x L x V log-probabilities.
@@ -41,6 +48,11 @@ def mask_predict(
     pad_idx: int,
     force_max_iter: bool = False,
     retain_history: bool = False,
+    schedule: str = "linear",
+    ratio: float = 0.5,
+    confidence: str = "max_prob",
+    calibration_temperature: float = 1.0,
+    monotone: bool = False,
 ) -> MaskPredictResult:
     """Decode ``N`` target sequences of the given lengths with Mask-Predict.
 
@@ -53,6 +65,9 @@ def mask_predict(
         mask_idx, pad_idx: the dictionary's mask and pad symbols.
         force_max_iter: run all T passes for every row (no early exit).
         retain_history: keep the tokens after every pass.
+        schedule, ratio: the re-mask schedule (``linear`` is the paper's).
+        confidence, calibration_temperature: how positions are ranked.
+        monotone: never re-mask a token that survived a re-masking round.
     """
     if num_passes < 1:
         raise ValueError(f"num_passes (T) must be >= 1, got {num_passes}")
@@ -64,14 +79,22 @@ def mask_predict(
     pad = torch.full(real.shape, pad_idx, dtype=torch.long, device=lengths.device)
     tokens = pad.masked_fill(real, mask_idx)  # N x L, all <mask>
 
-    token_logprobs, predicted = step(tokens, None).max(dim=-1)  # N x L each
-    tokens = torch.where(real, predicted, pad)  # N x L
-    token_logprobs = token_logprobs.float().masked_fill(~real, 0.0)  # N x L
+    def predict(masked_input: Tensor, rows: Optional[Tensor]):
+        logprobs = step(masked_input, rows).float()  # n x L x V
+        best_lp, best = logprobs.max(dim=-1)  # n x L each
+        conf = position_confidence(logprobs, best, confidence, calibration_temperature)
+        return best, best_lp, conf
+
+    tokens_pred, token_logprobs, conf = predict(tokens, None)
+    tokens = torch.where(real, tokens_pred, pad)  # N x L
+    token_logprobs = token_logprobs.masked_fill(~real, 0.0)  # N x L
+    streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
+    candidates = real  # N x L, positions that may be re-masked next
     steps = torch.ones_like(lengths)
     history = [tokens.clone()] if retain_history else []
 
     for done in range(1, num_passes):
-        counts = linear_remask_count(lengths, num_passes, done)  # N
+        counts = remask_count(lengths, num_passes, done, schedule, ratio)  # N
         rows: Optional[Tensor] = None
         if not force_max_iter:
             active = counts > 0  # N
@@ -79,23 +102,33 @@ def mask_predict(
                 break
             if not bool(active.all()):
                 rows = active.nonzero().squeeze(1)  # n
-        sub_tokens = tokens if rows is None else tokens[rows]  # n x L
-        sub_lp = token_logprobs if rows is None else token_logprobs[rows]  # n x L
-        sub_real = real if rows is None else real[rows]  # n x L
-        sub_counts = counts if rows is None else counts[rows]  # n
 
-        remask = select_lowest(sub_lp, sub_counts, sub_real)  # n x L
-        masked_input = sub_tokens.masked_fill(remask, mask_idx)  # n x L
-        new_lp, new_tokens = step(masked_input, rows).max(dim=-1)  # n x L each
+        def take(x: Tensor) -> Tensor:
+            return x if rows is None else x[rows]
+
+        sub_tokens, sub_lp, sub_conf = take(tokens), take(token_logprobs), take(conf)
+        sub_streak, sub_candidates = take(streak), take(candidates)
+        remask = select_lowest(sub_conf + sub_streak, take(counts), sub_candidates)  # n x L
+        new_tokens, new_lp, new_conf = predict(sub_tokens.masked_fill(remask, mask_idx), rows)
+        same = remask & new_tokens.eq(sub_tokens)  # n x L
+        if confidence == "consistency":
+            sub_streak = torch.where(remask, (sub_streak + 1) * same, sub_streak)
         sub_tokens = torch.where(remask, new_tokens, sub_tokens)
-        sub_lp = torch.where(remask, new_lp.float(), sub_lp)
+        sub_lp = torch.where(remask, new_lp, sub_lp)
+        sub_conf = torch.where(remask, new_conf, sub_conf)
+        if monotone:
+            sub_candidates = remask
 
         if rows is None:
-            tokens, token_logprobs = sub_tokens, sub_lp
+            tokens, token_logprobs, conf = sub_tokens, sub_lp, sub_conf
+            streak, candidates = sub_streak, sub_candidates
             steps = steps + 1
         else:
             tokens = tokens.index_copy(0, rows, sub_tokens)
             token_logprobs = token_logprobs.index_copy(0, rows, sub_lp)
+            conf = conf.index_copy(0, rows, sub_conf)
+            streak = streak.index_copy(0, rows, sub_streak)
+            candidates = candidates.index_copy(0, rows, sub_candidates)
             steps = steps.index_add(0, rows, torch.ones_like(rows))
         if retain_history:
             history.append(tokens.clone())

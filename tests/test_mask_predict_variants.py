@@ -1,0 +1,118 @@
+"""Unit tests of the Mask-Predict variants: schedules, confidences, monotone decoding."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from test_decoding_unit import MASK, PAD, FakeModel
+
+from cmlm_plugin.decoding import mask_predict
+from cmlm_plugin.decoding.confidence import position_confidence
+from cmlm_plugin.decoding.schedules import REMASK_SCHEDULES, remask_count
+
+
+def counts(n, passes, schedule, ratio=0.5):
+    return [
+        int(remask_count(torch.tensor([n]), passes, t, schedule, ratio)) for t in range(1, passes)
+    ]
+
+
+def test_schedule_counts():
+    assert counts(10, 4, "linear") == [7, 5, 2]
+    assert counts(10, 4, "cosine") == [
+        math.floor(10 * math.cos(math.pi * t / 8)) for t in (1, 2, 3)
+    ]
+    assert counts(10, 4, "exponential") == [8, 7, 5]  # 10 (1 - 2^(t-4)) floored
+    assert counts(10, 4, "fixed", 0.3) == [3, 3, 3]
+
+
+@given(
+    st.integers(1, 200), st.integers(2, 20), st.sampled_from(REMASK_SCHEDULES), st.floats(0, 0.99)
+)
+def test_schedules_are_bounded_and_non_increasing(n, passes, schedule, ratio):
+    c = counts(n, passes, schedule, ratio)
+    assert all(0 <= x <= n - 1 for x in c)
+    assert c == sorted(c, reverse=True)
+
+
+def test_unknown_schedule_and_bad_ratio_are_rejected():
+    with pytest.raises(ValueError, match="schedule"):
+        remask_count(torch.tensor([4]), 4, 1, "quadratic")
+    with pytest.raises(ValueError, match="ratio"):
+        remask_count(torch.tensor([4]), 4, 1, "fixed", 1.0)
+
+
+def test_confidences_on_hand_built_distributions():
+    probs = torch.tensor([[[0.7, 0.1, 0.1, 0.1], [0.6, 0.4, 0.0, 0.0]]])
+    logprobs = probs.log()
+    chosen = torch.tensor([[0, 0]])
+    assert torch.allclose(position_confidence(logprobs, chosen), torch.tensor([[0.7, 0.6]]))
+    entropy = position_confidence(logprobs, chosen, "neg_entropy")
+    # the flatter first distribution has the higher entropy, so the lower confidence
+    assert entropy[0, 0] < entropy[0, 1]
+    hot = position_confidence(logprobs, chosen, "calibrated", temperature=2.0)
+    assert torch.allclose(hot[0, 0], torch.softmax(logprobs[0, 0] / 2, -1)[0])
+    assert torch.allclose(
+        position_confidence(logprobs, chosen, "calibrated", 1.0), torch.tensor([[0.7, 0.6]])
+    )
+    with pytest.raises(ValueError, match="confidence"):
+        position_confidence(logprobs, chosen, "vibes")
+
+
+class SharperLater(FakeModel):
+    """Moderate confidence in pass 1, near-certain re-predictions afterwards: kept
+    tokens from pass 1 become the least confident and the paper re-masks them."""
+
+    def __call__(self, tokens, rows):
+        logprobs = super().__call__(tokens, rows)
+        first_pass = tokens.eq(MASK).sum() == tokens.ne(PAD).sum()
+        return logprobs if first_pass else torch.log_softmax(20 * logprobs, dim=-1)
+
+
+def test_monotone_never_remasks_a_kept_token():
+    lengths = torch.tensor([12, 9])
+    model = SharperLater(2, 12, seed=5)
+    mask_predict(model, lengths, 6, MASK, PAD, force_max_iter=True, monotone=True)
+    fixed = torch.zeros(2, 12, dtype=torch.bool)
+    for tokens, _ in model.calls[1:]:
+        remasked = tokens.eq(MASK)
+        assert not (remasked & fixed).any()
+        fixed |= tokens.ne(MASK) & tokens.ne(PAD)
+
+
+def test_paper_mode_may_remask_a_kept_token():
+    lengths = torch.tensor([12, 9])
+    model = SharperLater(2, 12, seed=5)
+    mask_predict(model, lengths, 6, MASK, PAD, force_max_iter=True)
+    kept_then_remasked = False
+    fixed = torch.zeros(2, 12, dtype=torch.bool)
+    for tokens, _ in model.calls[1:]:
+        kept_then_remasked |= bool((tokens.eq(MASK) & fixed).any())
+        fixed |= tokens.ne(MASK) & tokens.ne(PAD)
+    assert kept_then_remasked  # this fixture does exercise the difference
+
+
+@pytest.mark.parametrize("confidence", ["neg_entropy", "calibrated", "consistency"])
+@pytest.mark.parametrize("schedule", REMASK_SCHEDULES)
+def test_variants_decode_every_position(confidence, schedule):
+    lengths = torch.tensor([7, 3, 1])
+    out = mask_predict(
+        FakeModel(3, 7), lengths, 5, MASK, PAD, schedule=schedule, confidence=confidence,
+        calibration_temperature=1.5,
+    )  # fmt: skip
+    assert not out.tokens.eq(MASK).any()
+    assert torch.equal(out.tokens.ne(PAD).sum(1), lengths)
+
+
+def test_consistency_ranks_unchanged_tokens_as_confident():
+    # pass 2 re-predicts the same tokens (the fake ignores context with mix = 0), so
+    # under "consistency" the re-masked set of pass 3 avoids those positions
+    lengths = torch.tensor([10])
+    model = FakeModel(1, 10, seed=1)
+    model.mix.zero_()
+    mask_predict(model, lengths, 3, MASK, PAD, force_max_iter=True, confidence="consistency")
+    second, third = model.calls[1][0].eq(MASK), model.calls[2][0].eq(MASK)
+    assert int(second.sum()) == 6 and int(third.sum()) == 3
+    assert not (second & third).any()
