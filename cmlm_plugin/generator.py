@@ -1,16 +1,19 @@
-"""fairseq adapter for Mask-Predict decoding (Ghazvininejad et al., 2019, §3).
+"""fairseq adapters for parallel decoding: Mask-Predict and masked diffusion.
 
-Encodes each source once, proposes the top-l lengths of the length head, expands
+Ghazvininejad et al. (2019), §3, and Nie et al. (2025), §2.4. Both generators
+encode each source once, propose the top-l lengths of the length head, expand
 the encoder output to the l candidates (a gather, not a second encoder pass),
-runs ``decoding.mask_predict`` on all candidates of the batch at once, keeps each
-sentence's candidate with the highest mean log-probability and returns fairseq's
-hypothesis dicts. The algorithm itself lives in ``cmlm_plugin.decoding``.
+decode all candidates of the batch at once with the pure-torch core of
+``cmlm_plugin.decoding``, keep each sentence's candidate with the highest mean
+log-probability and return fairseq's hypothesis dicts.
 
 Flags (fairseq's generation options, with the paper's meaning):
-``--iter-decode-max-iter T`` decoder passes (T = 1: single-pass NAT);
-``--iter-decode-with-beam l`` length candidates; ``--iter-decode-force-max-iter``
-spends all T passes on every sentence; ``--retain-iter-history`` and
-``--print-step`` add the per-pass outputs and the pass count to the hypotheses.
+``--iter-decode-max-iter T`` decoder passes (T = 1: single-pass NAT; also the
+diffusion step count unless ``--diffusion-steps``); ``--iter-decode-with-beam l``
+length candidates; ``--iter-decode-force-max-iter`` spends all T passes on every
+sentence; ``--retain-iter-history`` and ``--print-step`` add the per-step outputs
+and the passes (diffusion: model calls, NFE) to the hypotheses. The task's
+``--decoding`` and its options choose and tune the algorithm.
 """
 
 from typing import Dict, List
@@ -18,21 +21,24 @@ from typing import Dict, List
 import torch
 from torch import Tensor
 
-from .decoding import length_candidates, mask_predict, select_best
+from .decoding import (
+    diffusion_sample,
+    guided_logits,
+    initial_tokens,
+    length_candidates,
+    mask_predict,
+    select_best,
+)
+from .noise import empty_sources
 from .symbols import mask_index
 
-_NO_ENSEMBLE = "Mask-Predict decodes with one model: pass one checkpoint to --path (no ensembles)"
+_NO_ENSEMBLE = "parallel decoding uses one model: pass one checkpoint to --path (no ensembles)"
 
 
-class MaskPredictGenerator:
-    def __init__(
-        self,
-        tgt_dict,
-        max_iter: int = 10,
-        beam_size: int = 1,
-        force_max_iter: bool = False,
-        retain_history: bool = False,
-    ):
+class LengthBeamGenerator:
+    """Shared machinery: encoder pass, length candidates, step function, hypotheses."""
+
+    def __init__(self, tgt_dict, max_iter: int = 10, beam_size: int = 1, retain_history=False):
         if max_iter < 1:
             raise ValueError(
                 f"--iter-decode-max-iter is the number of decoder passes and must be "
@@ -46,30 +52,19 @@ class MaskPredictGenerator:
         self.tgt_dict = tgt_dict
         self.max_iter = max_iter
         self.beam_size = beam_size
-        self.force_max_iter = force_max_iter
         self.retain_history = retain_history
         self.pad = tgt_dict.pad()
         self.eos = tgt_dict.eos()  # read by fairseq-generate to strip outputs
         self.mask = mask_index(tgt_dict)
         # symbols a position may never be decoded as
         self.banned = sorted({self.pad, tgt_dict.bos(), self.eos, self.mask})
+        self.guidance = 0.0  # classifier-free guidance scale (diffusion only)
+        self.empty_source = None  # (pad, eos, left_pad) to build unconditional inputs
 
-    @classmethod
-    def from_args(cls, tgt_dict, models, args):
-        generator = cls(
-            tgt_dict,
-            max_iter=getattr(args, "iter_decode_max_iter", 10),
-            beam_size=getattr(args, "iter_decode_with_beam", 1),
-            force_max_iter=getattr(args, "iter_decode_force_max_iter", False),
-            retain_history=getattr(args, "retain_iter_history", False),
-        )
-        if len(models) > 1:
+    def check_models(self, models) -> None:
+        if len(models) != 1:
             raise ValueError(_NO_ENSEMBLE)
-        for model in models:
-            generator.check_model(model)
-        return generator
-
-    def check_model(self, model) -> None:
+        model = models[0]
         if not hasattr(model, "predict_length"):
             raise ValueError(
                 f"{type(model).__name__} is not a cmlm_plugin model: train it with "
@@ -84,49 +79,64 @@ class MaskPredictGenerator:
 
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
-        if len(models) != 1:
-            raise ValueError(_NO_ENSEMBLE)
         if prefix_tokens is not None or constraints is not None:
             raise ValueError("--prefix-size and --constraints are not supported by --task cmlm")
+        self.check_models(models)
         model = models[0]
-        self.check_model(model)
         model.eval()
         net_input = sample["net_input"]
-        src_tokens = net_input["src_tokens"]  # B x S
+        src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]  # B x S
         num_sentences = src_tokens.size(0)
         beam = self.beam_size
+        device = src_tokens.device
 
-        encoder_out = model.encoder(src_tokens, src_lengths=net_input["src_lengths"])
+        guided = self.guidance != 0.0
+        if guided:  # one encoder call on [sources; empty sources]
+            drop = torch.ones(num_sentences, dtype=torch.bool, device=device)
+            empty, empty_lengths = empty_sources(src_tokens, drop, *self.empty_source)
+            src_tokens = torch.cat([src_tokens, empty])  # 2B x S
+            src_lengths = torch.cat([src_lengths, empty_lengths])  # 2B
+        encoder_out = model.encoder(src_tokens, src_lengths=src_lengths)
         length = model.predict_length(encoder_out)
         max_length = model.decoder.max_positions()
         lengths, _ = length_candidates(
-            length["logprobs"], length["class_lengths"], beam, max_length
-        )  # B x beam
+            length["logprobs"][:num_sentences],
+            length["class_lengths"][:num_sentences],
+            beam,
+            max_length,
+        )  # B x beam, from the conditional pass
         lengths = lengths.reshape(-1)  # B*beam, candidates of a sentence contiguous
-        order = torch.arange(num_sentences, device=src_tokens.device).repeat_interleave(beam)
+        order = torch.arange(num_sentences, device=device).repeat_interleave(beam)  # N
+        num_candidates = order.numel()
+        if guided:
+            order = torch.cat([order, order + num_sentences])  # 2N: cond, then uncond
         candidates_out = model.encoder.reorder_encoder_out(encoder_out, order)
+        banned = torch.tensor(self.banned, device=device)
 
-        banned = torch.tensor(self.banned, device=src_tokens.device)
+        def logits_fn(tokens: Tensor, rows) -> Tensor:
+            """n x L tokens of candidates ``rows`` (all when None) -> n x L x V logits."""
+            if guided:
+                rows = torch.arange(num_candidates, device=device) if rows is None else rows
+                rows = torch.cat([rows, rows + num_candidates])  # 2n
+                tokens = torch.cat([tokens, tokens])  # 2n x L
+            enc = (
+                candidates_out
+                if rows is None
+                else model.encoder.reorder_encoder_out(candidates_out, rows)
+            )
+            logits = model.decoder_logits(tokens, enc).float()  # n x L x V (2n guided)
+            if guided:
+                cond, uncond = logits.chunk(2)
+                logits = guided_logits(cond, uncond, self.guidance)  # n x L x V
+            return logits.index_fill_(-1, banned, float("-inf"))
 
-        def step(tokens: Tensor, rows) -> Tensor:
-            enc = candidates_out
-            if rows is not None:
-                enc = model.encoder.reorder_encoder_out(candidates_out, rows)
-            logits = model.decoder_logits(tokens, enc).float()  # n x L x V
-            logits.index_fill_(-1, banned, float("-inf"))
-            return torch.log_softmax(logits, dim=-1)  # n x L x V
-
-        result = mask_predict(
-            step,
-            lengths,
-            self.max_iter,
-            self.mask,
-            self.pad,
-            force_max_iter=self.force_max_iter,
-            retain_history=self.retain_history,
-        )
+        result = self.decode(logits_fn, lengths)
         best = select_best(result.scores, beam)  # B
         return self._hypotheses(result, lengths, best)
+
+    def decode(self, logits_fn, lengths: Tensor):
+        """Decode ``N`` candidates; returns tokens, token_logprobs, scores, steps, history."""
+        raise NotImplementedError
 
     def _hypotheses(self, result, lengths: Tensor, best: Tensor) -> List[List[Dict]]:
         """fairseq's output format: one list holding one hypothesis per sentence."""
@@ -135,7 +145,7 @@ class MaskPredictGenerator:
         logprobs = result.token_logprobs[best].cpu()  # B x L
         scores = result.scores[best].cpu()
         steps = result.steps[best].cpu()
-        kept = lengths[best].cpu()
+        kept = result.tokens[best].ne(self.pad).sum(dim=1).cpu()
         history = [h[best].cpu() for h in result.history]
         eos = torch.tensor([self.eos])
         hypos = []
@@ -161,3 +171,118 @@ class MaskPredictGenerator:
                 ]
             hypos.append([hypo])
         return hypos
+
+
+class MaskPredictGenerator(LengthBeamGenerator):
+    """Mask-Predict (``decoding.mask_predict``): T passes, re-mask the least confident."""
+
+    def __init__(self, tgt_dict, max_iter=10, beam_size=1, force_max_iter=False,
+                 retain_history=False, **variants):  # fmt: skip
+        super().__init__(tgt_dict, max_iter, beam_size, retain_history)
+        self.force_max_iter = force_max_iter
+        self.variants = variants  # schedule, ratio, confidence, ... of mask_predict
+
+    def decode(self, logits_fn, lengths):
+        def step(tokens, rows):
+            return torch.log_softmax(logits_fn(tokens, rows), dim=-1)  # n x L x V
+
+        return mask_predict(
+            step,
+            lengths,
+            self.max_iter,
+            self.mask,
+            self.pad,
+            force_max_iter=self.force_max_iter,
+            retain_history=self.retain_history,
+            **self.variants,
+        )
+
+
+class DiffusionResultView:
+    """A ``DiffusionResult`` seen through Mask-Predict's field names (steps = NFE)."""
+
+    def __init__(self, result):
+        self.tokens, self.token_logprobs = result.tokens, result.token_logprobs
+        self.scores, self.steps, self.history = result.scores, result.nfe, result.history
+
+
+class DiffusionGenerator(LengthBeamGenerator):
+    """Block-wise masked-diffusion sampling (``decoding.diffusion_sample``)."""
+
+    def __init__(self, tgt_dict, steps=10, beam_size=1, retain_history=False, block_length=0,
+                 temperature=0.0, remasking="low_confidence", threshold=None, guidance=0.0,
+                 empty_source=None, seed=None):  # fmt: skip
+        super().__init__(tgt_dict, steps, beam_size, retain_history)
+        if block_length < 0:
+            raise ValueError(f"--block-length must be >= 0 (0: whole length), got {block_length}")
+        if temperature < 0:
+            raise ValueError(f"--sampling-temperature must be >= 0, got {temperature}")
+        if threshold is not None and not 0.0 < threshold <= 1.0:
+            raise ValueError(f"--confidence-threshold must be in (0, 1], got {threshold}")
+        if guidance != 0.0 and empty_source is None:
+            raise ValueError("--cfg-scale needs the source dictionary to build empty sources")
+        self.block_length = block_length
+        self.temperature = temperature
+        self.remasking = remasking
+        self.threshold = threshold
+        self.guidance = guidance
+        self.empty_source = empty_source
+        self.seed = seed
+
+    def decode(self, logits_fn, lengths):
+        tokens = initial_tokens(lengths, self.mask, self.pad)  # N x L
+        block = self.block_length or max(1, tokens.size(1))
+        generator = None
+        if self.seed is not None and self.temperature > 0:
+            generator = torch.Generator(device=lengths.device).manual_seed(self.seed)
+        result = diffusion_sample(
+            logits_fn,
+            tokens,
+            self.max_iter,
+            block,
+            self.mask,
+            self.pad,
+            temperature=self.temperature,
+            remasking=self.remasking,
+            threshold=self.threshold,
+            retain_history=self.retain_history,
+            generator=generator,
+        )
+        return DiffusionResultView(result)
+
+
+def build_generator(tgt_dict, src_dict, models, args, task_cfg):
+    """The generator ``--decoding`` names, configured from fairseq's generation args."""
+    max_iter = getattr(args, "iter_decode_max_iter", 10)
+    beam = getattr(args, "iter_decode_with_beam", 1)
+    history = getattr(args, "retain_iter_history", False)
+    if task_cfg.decoding == "diffusion":
+        generator = DiffusionGenerator(
+            tgt_dict,
+            steps=task_cfg.diffusion_steps or max_iter,
+            beam_size=beam,
+            retain_history=history,
+            block_length=task_cfg.block_length,
+            temperature=task_cfg.sampling_temperature,
+            remasking=task_cfg.remasking,
+            threshold=task_cfg.confidence_threshold,
+            guidance=task_cfg.cfg_scale,
+            empty_source=(src_dict.pad(), src_dict.eos(), task_cfg.left_pad_source),
+            seed=getattr(args, "seed", None),
+        )
+    else:
+        generator = MaskPredictGenerator(
+            tgt_dict,
+            max_iter=max_iter,
+            beam_size=beam,
+            force_max_iter=getattr(args, "iter_decode_force_max_iter", False),
+            retain_history=history,
+            schedule=task_cfg.remask_schedule,
+            ratio=task_cfg.remask_ratio,
+            confidence=task_cfg.remask_confidence,
+            calibration_temperature=task_cfg.calibration_temperature,
+            monotone=task_cfg.monotone,
+        )
+    if models:
+        generator.check_models(models)
+    return generator

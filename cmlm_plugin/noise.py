@@ -1,15 +1,21 @@
-"""Training noise for the conditional masked language model (CMLM).
+"""Training noise: the CMLM rule and the masked-diffusion forward process.
 
-Ghazvininejad et al. (2019), Section 2: for each target sentence of n tokens the
-number of masked tokens k is drawn uniformly from 1..n and k positions chosen
+CMLM, Ghazvininejad et al. (2019), Section 2: for each target sentence of n tokens
+the number of masked tokens k is drawn uniformly from 1..n and k positions chosen
 uniformly at random are replaced by ``<mask>``. An optional ratio range
 ``[ratio_min, ratio_max]`` narrows k to ``ceil(ratio_min n) .. floor(ratio_max n)``
 (kept inside 1..n), an option of this plugin that the paper does not use
-(defaults 0 and 1 give the paper's rule exactly). Special symbols are never masked,
-and the source is never touched.
+(defaults 0 and 1 give the paper's rule exactly).
+
+Masked diffusion, Nie et al. (2025), Eq. 3 / Ou et al. (2025): t ~ U(0, 1) per
+sentence and every token is masked independently with probability
+``p = (1 - eps) t + eps`` (LLaDA: eps = 1e-3, so that p > 0).
+
+Special symbols are never masked, and the source is never touched (except that
+``empty_sources`` replaces whole sources for classifier-free guidance training).
 """
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -62,3 +68,42 @@ def uniform_mask(
     take_sorted = torch.arange(target.size(1), device=target.device)[None, :] < k[:, None]
     chosen = torch.zeros_like(real).scatter(1, order, take_sorted)  # B x T
     return target.masked_fill(chosen, mask_idx)
+
+
+def diffusion_mask(
+    target: Tensor,
+    mask_idx: int,
+    special_ids: Sequence[int],
+    eps: float = 1e-3,
+    generator: Optional[torch.Generator] = None,
+) -> Tuple[Tensor, Tensor]:
+    """Mask each real token independently with probability ``p = (1 - eps) t + eps``.
+
+    Returns:
+        ``(noisy, p)``: the masked copy of ``target`` (``B x T``) and the masking
+        probability of each sentence (``(B,)``, float32), whose inverse weights the
+        loss. The input is not modified.
+    """
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"the diffusion noise floor eps must be in (0, 1), got {eps}")
+    real = maskable_positions(target, special_ids)  # B x T
+    t = torch.rand(target.size(0), device=target.device, generator=generator)  # B
+    p = (1.0 - eps) * t + eps  # B
+    draw = torch.rand(target.shape, device=target.device, generator=generator)  # B x T
+    chosen = real & (draw < p[:, None])  # B x T
+    return target.masked_fill(chosen, mask_idx), p
+
+
+def empty_sources(
+    src_tokens: Tensor, drop: Tensor, pad_idx: int, eos_idx: int, left_pad: bool
+) -> Tuple[Tensor, Tensor]:
+    """Replace the sources of the rows in ``drop`` (``(B,)`` bool) by an empty one.
+
+    An empty source is EOS alone (fairseq's encoding of an empty line); this is the
+    unconditional input of classifier-free guidance. Returns the new
+    ``(src_tokens, src_lengths)``; the input is not modified.
+    """
+    empty = torch.full_like(src_tokens[0], pad_idx)  # S
+    empty[-1 if left_pad else 0] = eos_idx
+    tokens = torch.where(drop[:, None], empty[None, :], src_tokens)  # B x S
+    return tokens, tokens.ne(pad_idx).sum(dim=1)

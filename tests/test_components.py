@@ -218,3 +218,65 @@ def test_weights_only_loading_refuses_pickled_callables(tmp_path):
     torch.save({"model": Exploit()}, bad)
     with pytest.raises(pickle.UnpicklingError):
         torch.load(bad)
+
+
+def test_diffusion_loss_is_the_weighted_bound(data_dir):
+    task, model, criterion = setup(data_dir, "--objective", "diffusion", "--label-smoothing", "0")
+    model.eval()
+    sample = task.add_noise(sample_for(task, ["w1 w2 w3 w4", "w5 w6"], ["w7 w8 w9 w10", "w11 w12"]))
+    assert sample["mask_prob"].shape == (2,)
+    sample["prev_target"] = sample["target"].clone()
+    sample["prev_target"][0, 1] = sample["prev_target"][1, 0] = task.mask_idx  # one masked each
+    sample["mask_prob"] = torch.tensor([0.25, 0.5])
+    loss, size, log = criterion(model, sample)
+    assert size == 6  # normalised by target tokens, not masked ones
+    terms = model(
+        sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"],
+        sample["prev_target"], sample["target"],
+    )  # fmt: skip
+    nll = -torch.log_softmax(terms["word_ins"]["out"], -1).gather(
+        1, terms["word_ins"]["tgt"][:, None]
+    )
+    expected = 4.0 * nll[0] + 2.0 * nll[1]  # weights 1/p, rows in order
+    assert torch.allclose(log["word_ins_nll"], expected.squeeze())
+
+
+def test_guided_generation_runs_one_encoder_call_on_both_inputs(data_dir):
+    task, model, _ = setup(data_dir, "--decoding", "diffusion", "--cfg-scale", "1.5")
+    gen = task.build_generator(
+        [model], argparse.Namespace(iter_decode_max_iter=3, iter_decode_with_beam=2)
+    )
+    calls = []
+    original = model.encoder.forward
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].clone())
+        return original(*args, **kwargs)
+
+    model.encoder.forward = counting
+    try:
+        sample = sample_for(task, ["w1 w2 w3", "w4"], ["w1", "w2"])
+        hypos = task.inference_step(gen, [model], sample)
+    finally:
+        model.encoder.forward = original
+    assert len(calls) == 1 and calls[0].size(0) == 4  # 2 sources + 2 empty ones
+    assert calls[0][2:].ne(task.src_dict.pad()).sum(1).tolist() == [1, 1]
+    assert len(hypos) == 2
+    assert all(task.mask_idx not in h[0]["tokens"].tolist() for h in hypos)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--decoding", "diffusion", "--confidence-threshold", "1.5"), "confidence-threshold"),
+        (("--decoding", "diffusion", "--block-length", "-1"), "block-length"),
+        (("--decoding", "diffusion", "--sampling-temperature", "-1"), "sampling-temperature"),
+        (("--objective", "diffusion", "--diffusion-eps", "0"), "diffusion-eps"),
+        (("--p-uncond", "1.0"), "p-uncond"),
+        (("--mc-samples", "0"), "mc-samples"),
+    ],
+)
+def test_bad_diffusion_flags_are_rejected(data_dir, extra, message):
+    with pytest.raises(ValueError, match=message):
+        task, model, _ = setup(data_dir, *extra)
+        task.build_generator([model], argparse.Namespace(iter_decode_max_iter=3))

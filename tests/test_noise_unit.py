@@ -76,3 +76,39 @@ def test_ratio_range_bounds_the_count():
 def test_bad_ratio_range_is_rejected():
     with pytest.raises(ValueError, match="mask ratio"):
         uniform_mask(batch([3], 3), MASK, SPECIAL, 0.8, 0.2)
+
+
+# --- masked diffusion forward process and empty sources ------------------------
+
+from cmlm_plugin.noise import diffusion_mask, empty_sources  # noqa: E402
+
+
+def test_diffusion_mask_rate_follows_p():
+    target = batch([40] * 3000, 40)
+    noisy, p = diffusion_mask(
+        target, MASK, SPECIAL, eps=1e-3, generator=torch.Generator().manual_seed(0)
+    )
+    assert p.min() >= 1e-3 and p.max() <= 1.0
+    rate = noisy.eq(MASK).float().mean(1)
+    # per sentence the masked fraction is Binomial(40, p) / 40: sd <= 0.08
+    assert (rate - p).abs().mean() < 0.07
+    assert abs(float(rate.mean()) - 0.5) < 0.02  # t ~ U(0, 1)
+    assert not (noisy.eq(MASK) & target.eq(PAD)).any()
+
+
+def test_diffusion_mask_rejects_bad_eps():
+    with pytest.raises(ValueError, match="eps"):
+        diffusion_mask(batch([3], 3), MASK, SPECIAL, eps=0.0)
+
+
+@pytest.mark.parametrize("left_pad", [True, False])
+def test_empty_sources_replace_only_dropped_rows(left_pad):
+    src = (
+        torch.tensor([[PAD, 4, 5, EOS], [6, 7, 8, EOS]])
+        if left_pad
+        else torch.tensor([[4, 5, EOS, PAD], [6, 7, 8, EOS]])
+    )
+    tokens, lengths = empty_sources(src, torch.tensor([True, False]), PAD, EOS, left_pad)
+    empty = [PAD, PAD, PAD, EOS] if left_pad else [EOS, PAD, PAD, PAD]
+    assert tokens[0].tolist() == empty and tokens[1].tolist() == src[1].tolist()
+    assert lengths.tolist() == [1, 4]

@@ -9,16 +9,25 @@ averages each term separately and weights the length term 0.1.
 
 Label smoothing spreads eps uniformly over the whole vocabulary:
 ``loss = (1 - eps) * nll + eps * mean_v(-log p_v)``.
+
+With the masked-diffusion objective (``--objective diffusion``; Nie et al., 2025,
+Eq. 3; Ou et al., 2025) each masked token's loss is weighted by 1/p, p the
+sentence's masking probability, and the update is normalised by the number of
+target tokens instead: the logged ``nll_loss`` (base 2, per target token) is then
+a Monte-Carlo estimate of an upper bound on ``-log2 p(y | x, |y|) / |y|``, which
+``fairseq-validate`` reports (``--mc-samples K`` averages K noise draws). Train
+diffusion models with ``--label-smoothing 0`` for the bound to be the objective.
 The model returns a dict of terms (``{"word_ins": ..., "length": ...}``) and this
 criterion sums them.
 """
 
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq import metrics
+from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
@@ -41,14 +50,16 @@ class CMLMLossConfig(FairseqDataclass):
     )
 
 
-def smoothed_nll(logits: Tensor, target: Tensor, eps: float):
-    """Summed label-smoothed loss and summed NLL of ``M x V`` logits."""
+def smoothed_nll(logits: Tensor, target: Tensor, eps: float, weights: Optional[Tensor] = None):
+    """Summed label-smoothed loss and summed NLL of ``M x V`` logits (``(M,)`` weights)."""
     lprobs = F.log_softmax(logits.float(), dim=-1)  # M x V
     nll = -lprobs.gather(1, target[:, None]).squeeze(1)  # M
     if eps > 0:
         loss = (1.0 - eps) * nll - eps * lprobs.mean(dim=-1)  # M
     else:
         loss = nll
+    if weights is not None:
+        loss, nll = loss * weights, nll * weights
     return loss.sum(), nll.sum()
 
 
@@ -76,17 +87,27 @@ class CMLMPluginLoss(FairseqCriterion):
             sample["prev_target"],
             sample["target"],
         )
+        ntokens = int(sample["target"].ne(self.padding_idx).sum())
+        weights = {}
+        if "mask_prob" in sample:  # diffusion objective: weight 1/p per masked token
+            masked_rows = sample["prev_target"].eq(self.task.mask_idx).nonzero(as_tuple=True)[0]
+            weights["word_ins"] = sample["mask_prob"].reciprocal()[masked_rows]  # M
+            sample_size = ntokens
+        else:
+            sample_size = int(terms["word_ins"]["tgt"].numel())
         total = 0.0
         logging_output = {}
         for name, term in terms.items():
-            loss, nll = smoothed_nll(term["out"], term["tgt"], self.smoothing.get(name, 0.0))
+            loss, nll = smoothed_nll(
+                term["out"], term["tgt"], self.smoothing.get(name, 0.0), weights.get(name)
+            )
             total = total + self.factors.get(name, 1.0) * loss
             logging_output[f"{name}_loss"] = loss.detach()
             logging_output[f"{name}_nll"] = nll.detach()
-        sample_size = int(terms["word_ins"]["tgt"].numel())
         logging_output.update(
             loss=total.detach(),
-            ntokens=int(sample["target"].ne(self.padding_idx).sum()),
+            masked=int(terms["word_ins"]["tgt"].numel()),
+            ntokens=ntokens,
             nsentences=sample["target"].size(0),
             sample_size=sample_size,
         )
@@ -100,7 +121,8 @@ class CMLMPluginLoss(FairseqCriterion):
         sample_size = total("sample_size")
         nsentences = total("nsentences")
         ntokens = total("ntokens")
-        # fairseq convention: losses in base 2, per masked token (length per sentence)
+        # fairseq convention: losses in base 2, per masked token (diffusion: per target
+        # token), the length loss per sentence
         metrics.log_scalar(
             "loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3
         )
@@ -116,8 +138,8 @@ class CMLMPluginLoss(FairseqCriterion):
             nsentences,
             round=3,
         )
-        metrics.log_derived("ppl", lambda meters: 2 ** meters["nll_loss"].avg)
-        metrics.log_scalar("masked_ratio", sample_size / max(ntokens, 1), ntokens, round=3)
+        metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
+        metrics.log_scalar("masked_ratio", total("masked") / max(ntokens, 1), ntokens, round=3)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -2,40 +2,26 @@
 
 Ghazvininejad et al. (2019). Loads a binarized language pair like fairseq's
 ``translation`` task, adds a dedicated ``<mask>`` symbol to the dictionaries (the
-mask never reuses ``<unk>``), masks the training targets with the CMLM rule of
-``cmlm_plugin.noise`` before each train/valid step, and builds the Mask-Predict
-generator for ``fairseq-generate`` / ``fairseq-interactive`` / the hub interface.
+mask never reuses ``<unk>``), masks the training targets before each train/valid
+step (``--objective cmlm``: the paper's rule; ``--objective diffusion``: the
+masked-diffusion forward process of LLaDA, Nie et al., 2025), and builds the
+generator for ``fairseq-generate`` / ``-interactive`` / the hub interface
+(``--decoding mask_predict`` or ``diffusion``).
 
 Targets are used without their EOS: the decoder sees and predicts the n real
 tokens, and the length head predicts n.
 """
 
-from dataclasses import dataclass, field
+import torch
+from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks.translation import TranslationTask
 
-from fairseq.tasks import register_task
-from fairseq.tasks.translation import TranslationConfig, TranslationTask
-
-from ..generator import MaskPredictGenerator
-from ..noise import uniform_mask
+from ..generator import build_generator
+from ..noise import diffusion_mask, empty_sources, uniform_mask
 from ..symbols import MASK_SYMBOL, mask_index
+from .cmlm_config import CMLMConfig
 
 TASK_NAME = "cmlm"
-
-
-@dataclass
-class CMLMConfig(TranslationConfig):
-    mask_ratio_min: float = field(
-        default=0.0,
-        metadata={
-            "help": "lower bound on the fraction of target tokens masked in training "
-            "(the count is uniform in ceil(min*n)..floor(max*n), at least 1; "
-            "0 and 1 give the paper's uniform 1..n)"
-        },
-    )
-    mask_ratio_max: float = field(
-        default=1.0,
-        metadata={"help": "upper bound on the fraction of target tokens masked in training"},
-    )
 
 
 @register_task(TASK_NAME, dataclass=CMLMConfig)
@@ -49,6 +35,12 @@ class CMLMPluginTask(TranslationTask):
                 "--mask-ratio-min/--mask-ratio-max must satisfy 0 <= min <= max <= 1, "
                 f"got {cfg.mask_ratio_min} and {cfg.mask_ratio_max}"
             )
+        if not 0.0 < cfg.diffusion_eps < 1.0:
+            raise ValueError(f"--diffusion-eps must be in (0, 1), got {cfg.diffusion_eps}")
+        if not 0.0 <= cfg.p_uncond < 1.0:
+            raise ValueError(f"--p-uncond must be in [0, 1), got {cfg.p_uncond}")
+        if cfg.mc_samples < 1:
+            raise ValueError(f"--mc-samples must be >= 1, got {cfg.mc_samples}")
         if cfg.left_pad_target:
             raise ValueError("--task cmlm needs right-padded targets: drop --left-pad-target")
         self.mask_idx = mask_index(tgt_dict)
@@ -61,26 +53,55 @@ class CMLMPluginTask(TranslationTask):
         return dictionary
 
     def add_noise(self, sample):
-        """Drop the target's EOS and store the masked target as ``prev_target``."""
+        """Drop the target's EOS and store the masked target as ``prev_target``.
+
+        The diffusion objective also stores each sentence's masking probability as
+        ``mask_prob``, which the criterion turns into the 1/t loss weight.
+        """
         target = sample["target"]  # B x T, right-padded, ends with EOS
         target = target.masked_fill(target.eq(self.tgt_dict.eos()), self.tgt_dict.pad())
         sample["target"] = target
-        sample["prev_target"] = uniform_mask(
-            target,
-            self.mask_idx,
-            self.special_ids,
-            self.cfg.mask_ratio_min,
-            self.cfg.mask_ratio_max,
+        if self.cfg.objective == "diffusion":
+            sample["prev_target"], sample["mask_prob"] = diffusion_mask(
+                target, self.mask_idx, self.special_ids, self.cfg.diffusion_eps
+            )
+        else:
+            sample["prev_target"] = uniform_mask(
+                target,
+                self.mask_idx,
+                self.special_ids,
+                self.cfg.mask_ratio_min,
+                self.cfg.mask_ratio_max,
+            )
+        return sample
+
+    def drop_sources(self, sample):
+        """With probability ``--p-uncond`` per sentence, train on an empty source."""
+        if self.cfg.p_uncond <= 0:
+            return sample
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]  # B x S
+        drop = torch.rand(src_tokens.size(0), device=src_tokens.device) < self.cfg.p_uncond
+        net_input["src_tokens"], net_input["src_lengths"] = empty_sources(
+            src_tokens, drop, self.src_dict.pad(), self.src_dict.eos(), self.cfg.left_pad_source
         )
         return sample
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        return super().train_step(
-            self.add_noise(sample), model, criterion, optimizer, update_num, ignore_grad
-        )
+        sample = self.drop_sources(self.add_noise(sample))
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(self.add_noise(sample), model, criterion)
+        loss, sample_size, logging_output = super().valid_step(
+            self.add_noise(sample), model, criterion
+        )
+        for _ in range(self.cfg.mc_samples - 1):  # more noise draws, summed
+            more = FairseqTask.valid_step(self, self.add_noise(sample), model, criterion)
+            loss, sample_size = loss + more[0], sample_size + more[1]
+            for key, value in more[2].items():
+                if not key.startswith("_"):  # every count and sum; not BLEU statistics
+                    logging_output[key] = logging_output.get(key, 0) + value
+        return loss, sample_size, logging_output
 
     def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
         """fairseq's iterator, but evaluation batches are never dropped.
@@ -98,4 +119,6 @@ class CMLMPluginTask(TranslationTask):
         )
 
     def build_generator(self, models, args, **unused):
-        return MaskPredictGenerator.from_args(self.target_dictionary, models, args)
+        return build_generator(
+            self.target_dictionary, self.source_dictionary, models, args, self.cfg
+        )

@@ -1,0 +1,113 @@
+"""Configuration of task ``cmlm``: training noise and decoding options.
+
+fairseq parses a task's dataclass fields as command-line flags of every command
+(``fairseq-train``, ``-generate``, ``-interactive``, ``-validate``), so the decoding
+options live here and are read at generation time.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks.translation import TranslationConfig
+
+from ..decoding.confidence import CONFIDENCES
+from ..decoding.sampling import REMASKING
+from ..decoding.schedules import REMASK_SCHEDULES
+
+OBJECTIVES = ChoiceEnum(["cmlm", "diffusion"])
+DECODINGS = ChoiceEnum(["mask_predict", "diffusion"])
+
+
+@dataclass
+class CMLMConfig(TranslationConfig):
+    # --- training noise -----------------------------------------------------
+    objective: OBJECTIVES = field(
+        default="cmlm",
+        metadata={
+            "help": "cmlm: k ~ U{1..n} masked tokens per sentence (Mask-Predict); "
+            "diffusion: each token masked with probability t ~ U(0,1) and the loss "
+            "weighted 1/t, an upper bound on the NLL (LLaDA)"
+        },
+    )
+    mask_ratio_min: float = field(
+        default=0.0,
+        metadata={
+            "help": "cmlm objective: lower bound on the fraction of target tokens masked "
+            "(the count is uniform in ceil(min*n)..floor(max*n), at least 1; "
+            "0 and 1 give the paper's uniform 1..n)"
+        },
+    )
+    mask_ratio_max: float = field(
+        default=1.0,
+        metadata={"help": "cmlm objective: upper bound on the fraction of target tokens masked"},
+    )
+    diffusion_eps: float = field(
+        default=1e-3,
+        metadata={"help": "diffusion objective: mask probability p = (1 - eps) t + eps"},
+    )
+    p_uncond: float = field(
+        default=0.0,
+        metadata={
+            "help": "probability of training a sentence with an empty source, so that "
+            "the model also learns the unconditional prediction for --cfg-scale"
+        },
+    )
+    mc_samples: int = field(
+        default=1,
+        metadata={
+            "help": "noise draws per validation batch: more give a lower-variance "
+            "estimate of the loss (the likelihood bound of the diffusion objective)"
+        },
+    )
+    # --- decoding -------------------------------------------------------------
+    decoding: DECODINGS = field(
+        default="mask_predict",
+        metadata={"help": "decoding algorithm of fairseq-generate/-interactive"},
+    )
+    remask_schedule: ChoiceEnum(REMASK_SCHEDULES) = field(
+        default="linear",
+        metadata={"help": "mask_predict: how many tokens to re-mask per pass (linear: paper)"},
+    )
+    remask_ratio: float = field(
+        default=0.5, metadata={"help": "mask_predict: the ratio of --remask-schedule fixed"}
+    )
+    remask_confidence: ChoiceEnum(CONFIDENCES) = field(
+        default="max_prob",
+        metadata={"help": "mask_predict: how positions are ranked for re-masking"},
+    )
+    calibration_temperature: float = field(
+        default=1.0,
+        metadata={"help": "mask_predict: temperature of --remask-confidence calibrated"},
+    )
+    monotone: bool = field(
+        default=False,
+        metadata={"help": "mask_predict: never re-mask a token that survived a re-masking round"},
+    )
+    diffusion_steps: int = field(
+        default=0,
+        metadata={"help": "diffusion: total sampling steps S (0: --iter-decode-max-iter)"},
+    )
+    block_length: int = field(
+        default=0,
+        metadata={"help": "diffusion: block length b, decoded left to right (0: whole length)"},
+    )
+    sampling_temperature: float = field(
+        default=0.0,
+        metadata={"help": "diffusion: Gumbel-max temperature (0: argmax)"},
+    )
+    remasking: ChoiceEnum(REMASKING) = field(
+        default="low_confidence",
+        metadata={"help": "diffusion: which positions are revealed first"},
+    )
+    confidence_threshold: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "diffusion: reveal every position whose confidence is at least this "
+            "(at least one per step) instead of the fixed schedule (Fast-dLLM)"
+        },
+    )
+    cfg_scale: float = field(
+        default=0.0,
+        metadata={"help": "diffusion: classifier-free guidance scale w (0: off)"},
+    )
