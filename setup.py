@@ -21,7 +21,12 @@ setup(
         "sentencepiece",
     ],
     extras_require={"test": ["pytest", "hypothesis"], "dev": ["black", "isort"]},
-    entry_points={"console_scripts": ["cmlm-plugin-dir=cmlm_plugin_dir:main"]},
+    entry_points={
+        "console_scripts": [
+            "cmlm-plugin-dir=cmlm_plugin_dir:main",
+            "cmlm-calibrate=cmlm_plugin.cli.calibrate:main",
+        ]
+    },
     classifiers=[
         "Programming Language :: Python :: 3.11",
         "Programming Language :: Python :: 3.12",

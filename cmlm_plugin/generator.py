@@ -14,6 +14,11 @@ length candidates; ``--iter-decode-force-max-iter`` spends all T passes on every
 sentence; ``--retain-iter-history`` and ``--print-step`` add the per-step outputs
 and the passes (diffusion: model calls, NFE) to the hypotheses. The task's
 ``--decoding`` and its options choose and tune the algorithm.
+
+Infilling: a target template per sentence (fairseq's packed ``constraints``, as
+``fairseq-interactive --constraints`` builds them from ``source<TAB>template``
+lines, or ``cmlm_plugin.infill`` from Python) fixes the target length and the
+given tokens; only its ``<mask>`` positions are generated.
 """
 
 from typing import Dict, List
@@ -77,10 +82,36 @@ class LengthBeamGenerator:
                 f"{classes} length classes"
             )
 
+    def templates(self, constraints: Tensor, max_length: int) -> List:
+        """Per sentence, the template in fairseq's packed constraints, or None.
+
+        Packed format (``fairseq.token_generation_constraints``): ``[count, c1..., 0,
+        c2..., 0, ...]``; the first constraint is the template.
+        """
+        special = {self.pad, self.eos, self.tgt_dict.bos()}
+        found = []
+        for row in constraints.tolist():  # input preparation, once per batch
+            if row[0] == 0:
+                found.append(None)
+                continue
+            body = row[1:]
+            template = body[: body.index(0)] if 0 in body else body
+            if not template:
+                raise ValueError("an infilling template is empty: give its tokens and <mask>s")
+            if set(template) & special:
+                raise ValueError("an infilling template holds pad/BOS/EOS: give words and <mask>s")
+            if len(template) > max_length:
+                raise ValueError(
+                    f"an infilling template has {len(template)} tokens, more than the "
+                    f"model's {max_length} target positions"
+                )
+            found.append(template)
+        return found
+
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
-        if prefix_tokens is not None or constraints is not None:
-            raise ValueError("--prefix-size and --constraints are not supported by --task cmlm")
+        if prefix_tokens is not None:
+            raise ValueError("--prefix-size is not supported by --task cmlm")
         self.check_models(models)
         model = models[0]
         model.eval()
@@ -105,6 +136,11 @@ class LengthBeamGenerator:
             beam,
             max_length,
         )  # B x beam, from the conditional pass
+        template = None
+        if constraints is not None:
+            lengths, template = self._apply_templates(
+                self.templates(constraints, max_length), lengths
+            )
         lengths = lengths.reshape(-1)  # B*beam, candidates of a sentence contiguous
         order = torch.arange(num_sentences, device=device).repeat_interleave(beam)  # N
         num_candidates = order.numel()
@@ -130,13 +166,44 @@ class LengthBeamGenerator:
                 logits = guided_logits(cond, uncond, self.guidance)  # n x L x V
             return logits.index_fill_(-1, banned, float("-inf"))
 
-        result = self.decode(logits_fn, lengths)
+        if template is not None:
+            template = template.repeat_interleave(beam, dim=0)  # N x L
+        result = self.decode(logits_fn, lengths, template)
         best = select_best(result.scores, beam)  # B
         return self._hypotheses(result, lengths, best)
 
-    def decode(self, logits_fn, lengths: Tensor):
-        """Decode ``N`` candidates; returns tokens, token_logprobs, scores, steps, history."""
+    def _apply_templates(self, templates: List, lengths: Tensor):
+        """Template rows get the template's length for every candidate.
+
+        Returns the new ``B x beam`` lengths and the ``B x L`` start tokens
+        (templates, or all ``<mask>`` up to the longest candidate).
+        """
+        device = lengths.device
+        for i, template in enumerate(templates):
+            if template is not None:
+                lengths[i] = len(template)
+        width = int(lengths.max())
+        start = torch.full((lengths.size(0), width), self.mask, dtype=torch.long, device=device)
+        for i, template in enumerate(templates):
+            if template is not None:
+                start[i, : len(template)] = torch.tensor(template, device=device)
+                start[i, len(template) :] = self.pad
+        return lengths, start
+
+    def decode(self, logits_fn, lengths: Tensor, template=None):
+        """Decode ``N`` candidates; returns tokens, token_logprobs, scores, steps, history.
+
+        ``template`` (``N x L`` or None) holds given tokens and ``<mask>``; only
+        candidates whose rows contain non-mask tokens are constrained by it.
+        """
         raise NotImplementedError
+
+    def start_tokens(self, lengths: Tensor, template) -> Tensor:
+        """``N x L``: all ``<mask>`` up to each length, or the template's given tokens."""
+        tokens = initial_tokens(lengths, self.mask, self.pad)  # N x L
+        if template is not None:
+            tokens = torch.where(tokens.eq(self.mask), template[:, : tokens.size(1)], tokens)
+        return tokens
 
     def _hypotheses(self, result, lengths: Tensor, best: Tensor) -> List[List[Dict]]:
         """fairseq's output format: one list holding one hypothesis per sentence."""
@@ -182,10 +249,12 @@ class MaskPredictGenerator(LengthBeamGenerator):
         self.force_max_iter = force_max_iter
         self.variants = variants  # schedule, ratio, confidence, ... of mask_predict
 
-    def decode(self, logits_fn, lengths):
+    def decode(self, logits_fn, lengths, template=None):
         def step(tokens, rows):
             return torch.log_softmax(logits_fn(tokens, rows), dim=-1)  # n x L x V
 
+        if template is not None:
+            template = self.start_tokens(lengths, template)
         return mask_predict(
             step,
             lengths,
@@ -194,6 +263,7 @@ class MaskPredictGenerator(LengthBeamGenerator):
             self.pad,
             force_max_iter=self.force_max_iter,
             retain_history=self.retain_history,
+            template=template,
             **self.variants,
         )
 
@@ -229,8 +299,8 @@ class DiffusionGenerator(LengthBeamGenerator):
         self.empty_source = empty_source
         self.seed = seed
 
-    def decode(self, logits_fn, lengths):
-        tokens = initial_tokens(lengths, self.mask, self.pad)  # N x L
+    def decode(self, logits_fn, lengths, template=None):
+        tokens = self.start_tokens(lengths, template)  # N x L
         block = self.block_length or max(1, tokens.size(1))
         generator = None
         if self.seed is not None and self.temperature > 0:

@@ -4,6 +4,7 @@ fairseq-preprocess -> fairseq-train (a few updates) -> fairseq-generate at sever
 T and l -> fairseq-interactive, fairseq-validate and the hub interface.
 """
 
+import re
 import subprocess
 import sys
 
@@ -119,3 +120,65 @@ def test_hub_interface_translates_strings(trained):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "HUB-OK" in proc.stdout
+
+
+def test_calibrate_then_decode_with_calibrated_confidence(trained):
+    out = run(
+        "cmlm-calibrate", trained / "bin", "--path", trained / "ckpt" / "checkpoint_last.pt",
+        "--cpu", "--max-tokens", 1000, "--user-dir", "cmlm_plugin",
+    )  # fmt: skip
+    match = re.search(r"--calibration-temperature ([\d.]+)", out)
+    assert match, out[-2000:]
+    temperature = float(match.group(1))
+    assert 0.05 <= temperature <= 20.0
+    decoded = generate(
+        trained, "--iter-decode-max-iter", 4, "--remask-confidence", "calibrated",
+        "--calibration-temperature", temperature,
+    )  # fmt: skip
+    assert sorted(hypotheses(decoded)) == list(range(N_TEST))
+
+
+@pytest.mark.parametrize("decoding", ["mask_predict", "diffusion"])
+def test_interactive_infilling_keeps_the_template(trained, decoding):
+    lines = ["a1 a2 a3 a4\tb2 <mask> <mask> b3", "a5 a6", "a7 a8 a9\t<mask> b7 <mask>"]
+    out = run(
+        "fairseq-interactive", trained / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+        "--path", trained / "ckpt" / "checkpoint_last.pt", "--cpu", "-s", "src", "-t", "tgt",
+        "--decoding", decoding, "--iter-decode-max-iter", 3, "--constraints", "--input", "-",
+        stdin="\n".join(lines) + "\n",
+    )  # fmt: skip
+    hypos = hypotheses(out)
+    assert sorted(hypos) == [0, 1, 2]
+    for i, template in ((0, "b2 <mask> <mask> b3"), (2, "<mask> b7 <mask>")):
+        words, pattern = hypos[i].split(), template.split()
+        assert len(words) == len(pattern) and "<mask>" not in words
+        assert all(p == "<mask>" or w == p for w, p in zip(words, pattern))
+
+
+def test_malformed_template_is_a_clear_error(trained):
+    with pytest.raises(AssertionError, match="template holds pad/BOS/EOS"):
+        run(
+            "fairseq-interactive", trained / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+            "--path", trained / "ckpt" / "checkpoint_last.pt", "--cpu", "-s", "src", "-t", "tgt",
+            "--constraints", "--input", "-", stdin="a1 a2\tb1 </s>\n",
+        )  # fmt: skip
+
+
+def test_hub_infill(trained):
+    code = (
+        "import cmlm_plugin\n"
+        "from cmlm_plugin.infill import infill\n"
+        "from cmlm_plugin.models.cmlm_transformer import CMLMPluginModel\n"
+        f"m = CMLMPluginModel.from_pretrained({str(trained / 'ckpt')!r}, "
+        f"checkpoint_file='checkpoint_last.pt', data_name_or_path={str(trained / 'bin')!r})\n"
+        "out = infill(m, ['a1 a2 a3', 'a4 a5'], ['b9 <mask> b8', '<mask> <mask>'], iter_decode_max_iter=3)\n"
+        "a, b = out[0].split(), out[1].split()\n"
+        "assert len(a) == 3 and a[0] == 'b9' and a[2] == 'b8' and len(b) == 2, out\n"
+        "assert '<mask>' not in out[0] + out[1], out\n"
+        "print('INFILL-OK', out)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "INFILL-OK" in proc.stdout

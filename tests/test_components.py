@@ -280,3 +280,17 @@ def test_bad_diffusion_flags_are_rejected(data_dir, extra, message):
     with pytest.raises(ValueError, match=message):
         task, model, _ = setup(data_dir, *extra)
         task.build_generator([model], argparse.Namespace(iter_decode_max_iter=3))
+
+
+def test_template_errors(tiny):
+    task, model, _ = tiny
+    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
+    d = task.tgt_dict
+    packed = torch.tensor([[1, 0, 0, 0], [1, d.index("w1"), d.eos(), 0], [1] + [d.index("w2")] * 3])
+    with pytest.raises(ValueError, match="empty"):
+        gen.templates(packed[:1], 10)
+    with pytest.raises(ValueError, match="pad/BOS/EOS"):
+        gen.templates(packed[1:2], 10)
+    with pytest.raises(ValueError, match="more than"):
+        gen.templates(packed[2:], 2)
+    assert gen.templates(torch.tensor([[0, 0], [1, d.index("w3")]]), 5) == [None, [d.index("w3")]]

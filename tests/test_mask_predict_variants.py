@@ -116,3 +116,22 @@ def test_consistency_ranks_unchanged_tokens_as_confident():
     second, third = model.calls[1][0].eq(MASK), model.calls[2][0].eq(MASK)
     assert int(second.sum()) == 6 and int(third.sum()) == 3
     assert not (second & third).any()
+
+
+@given(st.lists(st.integers(1, 10), min_size=1, max_size=5), st.integers(1, 8), st.integers(0, 999))
+def test_template_tokens_never_change_and_counts_follow_the_masks(lengths, passes, seed):
+    lengths = torch.tensor(lengths)
+    gen = torch.Generator().manual_seed(seed)
+    width = int(lengths.max())
+    real = torch.arange(width)[None, :] < lengths[:, None]
+    given_tokens = torch.randint(4, 12, (len(lengths), width), generator=gen)
+    free = (torch.rand(len(lengths), width, generator=gen) < 0.5) & real
+    template = torch.where(free, torch.full_like(given_tokens, MASK), given_tokens)
+    template = template.masked_fill(~real, PAD)
+    model = FakeModel(len(lengths), width, seed=seed)
+    out = mask_predict(model, lengths, passes, MASK, PAD, template=template, force_max_iter=True)
+    assert torch.equal(out.tokens[real & ~free], template[real & ~free])
+    assert not out.tokens.eq(MASK).any()
+    n_free = free.sum(1)
+    for t, (tokens, _) in enumerate(model.calls[1:], start=1):
+        assert torch.equal(tokens.eq(MASK).sum(1), n_free * (passes - t) // passes)

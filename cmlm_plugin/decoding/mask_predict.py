@@ -14,6 +14,10 @@ consecutive passes re-predicted unchanged), and ``monotone`` decoding, where a
 token that survived a re-masking round is never re-masked again (the paper lets
 every token be re-masked).
 
+Infilling: with a ``template`` (``N x L``, ``<mask>`` where tokens are to be
+generated, given tokens elsewhere) only the masked positions are predicted and
+re-masked, n counts them, and the given tokens never change.
+
 Early exit: once a row's re-mask count is 0 it can no longer change, so it leaves
 the batch (its output is exactly what all T passes give). ``force_max_iter`` keeps
 every row for all T passes.
@@ -53,6 +57,7 @@ def mask_predict(
     confidence: str = "max_prob",
     calibration_temperature: float = 1.0,
     monotone: bool = False,
+    template: Optional[Tensor] = None,
 ) -> MaskPredictResult:
     """Decode ``N`` target sequences of the given lengths with Mask-Predict.
 
@@ -68,6 +73,8 @@ def mask_predict(
         schedule, ratio: the re-mask schedule (``linear`` is the paper's).
         confidence, calibration_temperature: how positions are ranked.
         monotone: never re-mask a token that survived a re-masking round.
+        template: ``N x L`` tokens with ``<mask>`` at the positions to generate and
+            pad after each row's length; ``lengths`` must then match it.
     """
     if num_passes < 1:
         raise ValueError(f"num_passes (T) must be >= 1, got {num_passes}")
@@ -77,7 +84,15 @@ def mask_predict(
     positions = torch.arange(width, device=lengths.device)
     real = positions[None, :] < lengths[:, None]  # N x L
     pad = torch.full(real.shape, pad_idx, dtype=torch.long, device=lengths.device)
-    tokens = pad.masked_fill(real, mask_idx)  # N x L, all <mask>
+    if template is None:
+        tokens = pad.masked_fill(real, mask_idx)  # N x L, all <mask>
+    else:
+        if not torch.equal(template[:, :width].ne(pad_idx), real):
+            raise ValueError("the template's padding must match the target lengths")
+        tokens = template[:, :width]  # N x L
+        pad = tokens  # given tokens stand where nothing is generated
+    free = tokens.eq(mask_idx)  # N x L, positions to generate
+    num_free = free.sum(dim=1)  # N
 
     def predict(masked_input: Tensor, rows: Optional[Tensor]):
         logprobs = step(masked_input, rows).float()  # n x L x V
@@ -86,15 +101,15 @@ def mask_predict(
         return best, best_lp, conf
 
     tokens_pred, token_logprobs, conf = predict(tokens, None)
-    tokens = torch.where(real, tokens_pred, pad)  # N x L
-    token_logprobs = token_logprobs.masked_fill(~real, 0.0)  # N x L
+    tokens = torch.where(free, tokens_pred, pad)  # N x L
+    token_logprobs = token_logprobs.masked_fill(~free, 0.0)  # N x L
     streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
-    candidates = real  # N x L, positions that may be re-masked next
+    candidates = free  # N x L, positions that may be re-masked next
     steps = torch.ones_like(lengths)
     history = [tokens.clone()] if retain_history else []
 
     for done in range(1, num_passes):
-        counts = remask_count(lengths, num_passes, done, schedule, ratio)  # N
+        counts = remask_count(num_free, num_passes, done, schedule, ratio)  # N
         rows: Optional[Tensor] = None
         if not force_max_iter:
             active = counts > 0  # N
@@ -133,5 +148,5 @@ def mask_predict(
         if retain_history:
             history.append(tokens.clone())
 
-    scores = token_logprobs.sum(dim=1) / lengths.clamp(min=1).to(token_logprobs)
+    scores = token_logprobs.sum(dim=1) / num_free.clamp(min=1).to(token_logprobs)
     return MaskPredictResult(tokens, token_logprobs, scores, steps, history)

@@ -35,6 +35,8 @@ def main() -> None:
             eos_id=-1,
             pad_id=-1,
             unk_id=0,
+            # infilling templates write <mask> for each token to generate: keep it whole
+            user_defined_symbols=["<mask>"],
         )
         return
     processor = spm.SentencePieceProcessor(model_file=args.model)

@@ -1,0 +1,1 @@
+"""Console commands that need fairseq (``cmlm-plugin-dir`` lives outside the package)."""
