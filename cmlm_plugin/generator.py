@@ -281,8 +281,19 @@ class DiffusionGenerator(LengthBeamGenerator):
 
     def __init__(self, tgt_dict, steps=10, beam_size=1, retain_history=False, block_length=0,
                  temperature=0.0, remasking="low_confidence", threshold=None, guidance=0.0,
-                 empty_source=None, seed=None):  # fmt: skip
+                 empty_source=None, seed=None, gen_length=0):  # fmt: skip
         super().__init__(tgt_dict, steps, beam_size, retain_history)
+        if gen_length < 0:
+            raise ValueError(f"--gen-length must be >= 0 (0: the length head), got {gen_length}")
+        if gen_length and beam_size != 1:
+            raise ValueError("--gen-length fixes the length: use --iter-decode-with-beam 1")
+        if gen_length and block_length and gen_length % block_length:
+            raise ValueError(
+                f"--block-length {block_length} does not divide --gen-length {gen_length}"
+            )
+        self.gen_length = gen_length
+        if gen_length:  # the output ends at a generated EOS
+            self.banned = [i for i in self.banned if i != self.eos]
         if block_length < 0:
             raise ValueError(f"--block-length must be >= 0 (0: whole length), got {block_length}")
         if temperature < 0:
@@ -299,7 +310,17 @@ class DiffusionGenerator(LengthBeamGenerator):
         self.empty_source = empty_source
         self.seed = seed
 
+    def check_models(self, models) -> None:
+        super().check_models(models)
+        max_length = models[0].decoder.max_positions()
+        if self.gen_length > max_length:
+            raise ValueError(
+                f"--gen-length {self.gen_length} exceeds the model's {max_length} target positions"
+            )
+
     def decode(self, logits_fn, lengths, template=None):
+        if self.gen_length and template is None:
+            lengths = torch.full_like(lengths, self.gen_length)
         tokens = self.start_tokens(lengths, template)  # N x L
         block = self.block_length or max(1, tokens.size(1))
         generator = None
@@ -315,6 +336,7 @@ class DiffusionGenerator(LengthBeamGenerator):
             temperature=self.temperature,
             remasking=self.remasking,
             threshold=self.threshold,
+            eos_idx=self.eos if self.gen_length else None,
             retain_history=self.retain_history,
             generator=generator,
         )
@@ -339,6 +361,7 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
             guidance=task_cfg.cfg_scale,
             empty_source=(src_dict.pad(), src_dict.eos(), task_cfg.left_pad_source),
             seed=getattr(args, "seed", None),
+            gen_length=task_cfg.gen_length,
         )
     else:
         generator = MaskPredictGenerator(

@@ -294,3 +294,54 @@ def test_template_errors(tiny):
     with pytest.raises(ValueError, match="more than"):
         gen.templates(packed[2:], 2)
     assert gen.templates(torch.tensor([[0, 0], [1, d.index("w3")]]), 5) == [None, [d.index("w3")]]
+
+
+def test_eos_fill_keeps_eos_as_a_maskable_token(data_dir):
+    task, model, criterion = setup(data_dir, "--objective", "diffusion", "--eos-fill")
+    sample = sample_for(task, ["w1 w2 w3", "w4"], ["w7 w8 w9 w10", "w11"])
+    sample["target"][1, 2:] = task.tgt_dict.pad()  # right padding after "w11 </s>"
+    d = task.tgt_dict
+    torch.manual_seed(0)
+    masked_eos = False
+    for _ in range(20):
+        noisy = task.add_noise(dict(sample, target=sample["target"].clone()))
+        assert not noisy["target"].eq(d.pad()).any()  # padding became EOS
+        assert noisy["target"][1].tolist() == [d.index("w11")] + [d.eos()] * 4
+        masked_eos |= bool(
+            (noisy["prev_target"].eq(task.mask_idx) & noisy["target"].eq(d.eos())).any()
+        )
+    assert masked_eos
+    terms = model(
+        noisy["net_input"]["src_tokens"], noisy["net_input"]["src_lengths"],
+        noisy["prev_target"], noisy["target"],
+    )  # fmt: skip
+    assert terms["length"]["tgt"].tolist() == [4, 1]  # lengths count words, not EOS
+
+
+def test_eos_fill_needs_the_diffusion_objective(data_dir):
+    with pytest.raises(ValueError, match="eos-fill"):
+        setup(data_dir, "--eos-fill")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--gen-length", "10", "--block-length", "4"), "does not divide"),
+        (("--gen-length", "-1"), "gen-length"),
+        (("--gen-length", "500"), "target positions"),
+    ],
+)
+def test_bad_fixed_length_flags(data_dir, extra, message):
+    task, model, _ = setup(
+        data_dir, "--decoding", "diffusion", "--max-target-positions", "128", *extra
+    )
+    with pytest.raises(ValueError, match=message):
+        task.build_generator([model], argparse.Namespace(iter_decode_max_iter=4))
+
+
+def test_fixed_length_forbids_several_length_candidates(data_dir):
+    task, model, _ = setup(data_dir, "--decoding", "diffusion", "--gen-length", "8")
+    with pytest.raises(ValueError, match="with-beam 1"):
+        task.build_generator(
+            [model], argparse.Namespace(iter_decode_max_iter=4, iter_decode_with_beam=2)
+        )

@@ -84,3 +84,24 @@ def test_mask_predict_variants_through_the_cli(trained):
 def test_bad_threshold_stops_at_start(trained):
     with pytest.raises(AssertionError, match="confidence-threshold"):
         generate(trained, "--decoding", "diffusion", "--confidence-threshold", 2)
+
+
+def test_fixed_generation_length_with_eos_fill(tmp_path_factory, trained):
+    root = tmp_path_factory.mktemp("eosfill")
+    run(
+        "fairseq-train", trained / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+        "--objective", "diffusion", "--eos-fill", "--arch", "cmlm_plugin_tiny",
+        "--criterion", "cmlm_plugin_loss", "--label-smoothing", 0, "--optimizer", "adam",
+        "--lr", "1e-3", "--max-tokens", 1000, "--max-update", 10, "--save-dir", root,
+        "--cpu", "--no-epoch-checkpoints", "--seed", 3,
+    )  # fmt: skip
+    out = run(
+        "fairseq-generate", trained / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+        "--path", root / "checkpoint_last.pt", "--cpu", "--batch-size", 5, "--gen-subset",
+        "test", "--decoding", "diffusion", "--gen-length", 12, "--block-length", 4,
+        "--diffusion-steps", 6, "--print-step",
+    )  # fmt: skip
+    hypos = hypotheses(out)
+    assert sorted(hypos) == list(range(N_TEST))
+    assert all(len(h.split()) <= 12 and "<mask>" not in h for h in hypos.values())
+    assert all(1 <= int(n) <= 6 for n in tagged(out, "I").values())

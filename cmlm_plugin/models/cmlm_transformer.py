@@ -123,8 +123,8 @@ class CMLMPluginModel(TransformerModel):
         word_logits = self.decoder.output_layer(features[masked])  # M x V
         terms = {"word_ins": {"out": word_logits}, "length": {"out": length_logits}}
         if tgt_tokens is not None:
-            pad = self.decoder.dictionary.pad()
-            target_lengths = tgt_tokens.ne(pad).sum(dim=1)  # B
+            pad, eos = self.decoder.dictionary.pad(), self.decoder.dictionary.eos()
+            target_lengths = (tgt_tokens.ne(pad) & tgt_tokens.ne(eos)).sum(dim=1)  # B
             source_lengths = (~padding_mask).sum(dim=1)  # B
             terms["word_ins"]["tgt"] = tgt_tokens[masked]  # M
             terms["length"]["tgt"] = self.length_head.target_classes(

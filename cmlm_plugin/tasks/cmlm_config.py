@@ -46,6 +46,14 @@ class CMLMConfig(TranslationConfig):
         default=1e-3,
         metadata={"help": "diffusion objective: mask probability p = (1 - eps) t + eps"},
     )
+    eos_fill: bool = field(
+        default=False,
+        metadata={
+            "help": "diffusion objective: keep the target's EOS and fill the padding after "
+            "it with EOS, masked and predicted like tokens (LLaDA's fixed-length "
+            "training), so that --gen-length can decode"
+        },
+    )
     p_uncond: float = field(
         default=0.0,
         metadata={
@@ -105,6 +113,14 @@ class CMLMConfig(TranslationConfig):
         metadata={
             "help": "diffusion: reveal every position whose confidence is at least this "
             "(at least one per step) instead of the fixed schedule (Fast-dLLM)"
+        },
+    )
+    gen_length: int = field(
+        default=0,
+        metadata={
+            "help": "diffusion: a fixed generation length G instead of the length head; "
+            "the output ends at the first generated EOS (needs a model trained with "
+            "--eos-fill)"
         },
     )
     cfg_scale: float = field(

@@ -41,6 +41,8 @@ class CMLMPluginTask(TranslationTask):
             raise ValueError(f"--p-uncond must be in [0, 1), got {cfg.p_uncond}")
         if cfg.mc_samples < 1:
             raise ValueError(f"--mc-samples must be >= 1, got {cfg.mc_samples}")
+        if cfg.eos_fill and cfg.objective != "diffusion":
+            raise ValueError("--eos-fill belongs to --objective diffusion")
         if cfg.left_pad_target:
             raise ValueError("--task cmlm needs right-padded targets: drop --left-pad-target")
         self.mask_idx = mask_index(tgt_dict)
@@ -56,14 +58,20 @@ class CMLMPluginTask(TranslationTask):
         """Drop the target's EOS and store the masked target as ``prev_target``.
 
         The diffusion objective also stores each sentence's masking probability as
-        ``mask_prob``, which the criterion turns into the 1/t loss weight.
+        ``mask_prob``, which the criterion turns into the 1/t loss weight. With
+        ``--eos-fill`` the EOS stays and fills the padding, and is masked like a token.
         """
         target = sample["target"]  # B x T, right-padded, ends with EOS
-        target = target.masked_fill(target.eq(self.tgt_dict.eos()), self.tgt_dict.pad())
+        eos, pad = self.tgt_dict.eos(), self.tgt_dict.pad()
+        if self.cfg.eos_fill:
+            target = target.masked_fill(target.eq(pad), eos)  # B x T, no padding left
+        else:
+            target = target.masked_fill(target.eq(eos), pad)
         sample["target"] = target
         if self.cfg.objective == "diffusion":
+            special = [i for i in self.special_ids if not (self.cfg.eos_fill and i == eos)]
             sample["prev_target"], sample["mask_prob"] = diffusion_mask(
-                target, self.mask_idx, self.special_ids, self.cfg.diffusion_eps
+                target, self.mask_idx, special, self.cfg.diffusion_eps
             )
         else:
             sample["prev_target"] = uniform_mask(
