@@ -81,3 +81,13 @@ def bleu(output: str) -> float:
     if match is None:
         raise AssertionError(f"no BLEU line in:\n{output[-2000:]}")
     return float(match.group(1))
+
+
+def run_python(code: str, marker: str, timeout=300) -> str:
+    """Run ``code`` in a fresh interpreter; fail unless it exits 0 and prints ``marker``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert marker in proc.stdout, proc.stdout[-2000:]
+    return proc.stdout

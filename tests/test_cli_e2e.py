@@ -5,11 +5,9 @@ T and l -> fairseq-interactive, fairseq-validate and the hub interface.
 """
 
 import re
-import subprocess
-import sys
 
 import pytest
-from cli import bleu, hypotheses, preprocess, run, tagged
+from cli import bleu, hypotheses, preprocess, run, run_python, tagged
 from conftest import ROOT
 from toydata import write_transduction
 
@@ -115,11 +113,7 @@ def test_hub_interface_translates_strings(trained):
         "assert all(isinstance(s, str) and s and '<mask>' not in s for s in out), out\n"
         "print('HUB-OK', out)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "HUB-OK" in proc.stdout
+    run_python(code, "HUB-OK")
 
 
 def test_calibrate_then_decode_with_calibrated_confidence(trained):
@@ -177,8 +171,4 @@ def test_hub_infill(trained):
         "assert '<mask>' not in out[0] + out[1], out\n"
         "print('INFILL-OK', out)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "INFILL-OK" in proc.stdout
+    run_python(code, "INFILL-OK")
