@@ -151,9 +151,8 @@ class LengthBeamGenerator:
 
         def logits_fn(tokens: Tensor, rows) -> Tensor:
             """n x L tokens of candidates ``rows`` (all when None) -> n x L x V logits."""
-            if guided:
-                rows = torch.arange(num_candidates, device=device) if rows is None else rows
-                rows = torch.cat([rows, rows + num_candidates])  # 2n
+            if guided:  # candidates_out holds the N conditional rows, then the N others
+                rows = None if rows is None else torch.cat([rows, rows + num_candidates])  # 2n
                 tokens = torch.cat([tokens, tokens])  # 2n x L
             enc = (
                 candidates_out
@@ -170,7 +169,7 @@ class LengthBeamGenerator:
             template = template.repeat_interleave(beam, dim=0)  # N x L
         result = self.decode(logits_fn, lengths, template)
         best = select_best(result.scores, beam)  # B
-        return self._hypotheses(result, lengths, best)
+        return self._hypotheses(result, best)
 
     def _apply_templates(self, templates: List, lengths: Tensor):
         """Template rows get the template's length for every candidate.
@@ -205,7 +204,7 @@ class LengthBeamGenerator:
             tokens = torch.where(tokens.eq(self.mask), template[:, : tokens.size(1)], tokens)
         return tokens
 
-    def _hypotheses(self, result, lengths: Tensor, best: Tensor) -> List[List[Dict]]:
+    def _hypotheses(self, result, best: Tensor) -> List[List[Dict]]:
         """fairseq's output format: one list holding one hypothesis per sentence."""
         # the loop below only slices finished tensors into per-sentence outputs
         tokens = result.tokens[best].cpu()  # B x L
