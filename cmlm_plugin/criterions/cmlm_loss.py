@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
