@@ -83,14 +83,13 @@ def mask_predict(
     width = int(lengths.max()) if lengths.numel() > 0 else 0
     positions = torch.arange(width, device=lengths.device)
     real = positions[None, :] < lengths[:, None]  # N x L
-    pad = torch.full(real.shape, pad_idx, dtype=torch.long, device=lengths.device)
     if template is None:
+        pad = torch.full(real.shape, pad_idx, dtype=torch.long, device=lengths.device)
         tokens = pad.masked_fill(real, mask_idx)  # N x L, all <mask>
     else:
         if not torch.equal(template[:, :width].ne(pad_idx), real):
             raise ValueError("the template's padding must match the target lengths")
         tokens = template[:, :width]  # N x L
-        pad = tokens  # given tokens stand where nothing is generated
     free = tokens.eq(mask_idx)  # N x L, positions to generate
     num_free = free.sum(dim=1)  # N
 
@@ -101,7 +100,7 @@ def mask_predict(
         return best, best_lp, conf
 
     tokens_pred, token_logprobs, conf = predict(tokens, None)
-    tokens = torch.where(free, tokens_pred, pad)  # N x L
+    tokens = torch.where(free, tokens_pred, tokens)  # N x L, given tokens and pad kept
     token_logprobs = token_logprobs.masked_fill(~free, 0.0)  # N x L
     streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
     candidates = free  # N x L, positions that may be re-masked next
