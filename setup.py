@@ -1,10 +1,14 @@
 """cmlm_plugin: Mask-Predict conditional masked language models as a fairseq plugin."""
 
+import re
+
 from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', open("cmlm_plugin/version.py").read()).group(1)
 
 setup(
     name="cmlm-plugin",
-    version="0.1.0",
+    version=VERSION,
     description="Conditional masked language models and Mask-Predict decoding for fairseq",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -2,11 +2,24 @@
 
 Importing the package registers the task ``cmlm``, the model
 ``cmlm_plugin_transformer`` (archs ``cmlm_plugin_{tiny,small,base,big}``) and the
-criterion ``cmlm_plugin_loss``, and allow-lists what fairseq checkpoints hold for
-torch's weights-only loading.
+criterion ``cmlm_plugin_loss``, allow-lists what fairseq checkpoints hold for
+torch's weights-only loading, makes checkpoint failures name their file, and
+prints the plugin's own user errors as one line (``errors.py``).
 """
 
-from . import checkpoint_safety  # noqa: F401  (allow-list, before any load)
-from . import criterions, models, tasks  # noqa: F401  (registration)
+import os
 
-__version__ = "0.1.0"
+from . import (  # noqa: F401  (registration; checkpoint_safety's allow-list on import)
+    checkpoint_errors,
+    checkpoint_safety,
+    criterions,
+    models,
+    tasks,
+)
+from .errors import install_excepthook
+from .install_check import check_installed_version
+from .version import __version__
+
+install_excepthook()
+check_installed_version(__version__, os.path.dirname(os.path.abspath(__file__)))
+checkpoint_errors.install()

@@ -34,6 +34,7 @@ from .decoding import (
     mask_predict,
     select_best,
 )
+from .errors import CMLMPluginError
 from .noise import empty_sources
 from .symbols import mask_index
 
@@ -45,12 +46,12 @@ class LengthBeamGenerator:
 
     def __init__(self, tgt_dict, max_iter: int = 10, beam_size: int = 1, retain_history=False):
         if max_iter < 1:
-            raise ValueError(
+            raise CMLMPluginError(
                 f"--iter-decode-max-iter is the number of decoder passes and must be "
                 f">= 1, got {max_iter}"
             )
         if beam_size < 1:
-            raise ValueError(
+            raise CMLMPluginError(
                 f"--iter-decode-with-beam is the number of length candidates and must "
                 f"be >= 1, got {beam_size}"
             )
@@ -65,21 +66,22 @@ class LengthBeamGenerator:
         self.banned = sorted({self.pad, tgt_dict.bos(), self.eos, self.mask})
         self.guidance = 0.0  # classifier-free guidance scale (diffusion only)
         self.empty_source = None  # (pad, eos, left_pad) to build unconditional inputs
+        self.source_symbols = None  # (pad, eos) of the source: empty sources -> empty outputs
 
     def check_models(self, models) -> None:
         if len(models) != 1:
-            raise ValueError(_NO_ENSEMBLE)
+            raise CMLMPluginError(_NO_ENSEMBLE)
         model = models[0]
         if not hasattr(model, "predict_length"):
-            raise ValueError(
+            raise CMLMPluginError(
                 f"{type(model).__name__} is not a cmlm_plugin model: train it with "
                 "--task cmlm --arch cmlm_plugin_base (or another cmlm_plugin_* arch)"
             )
         classes = model.length_head.num_classes
         if self.beam_size > classes:
-            raise ValueError(
+            raise CMLMPluginError(
                 f"--iter-decode-with-beam {self.beam_size} exceeds the model's "
-                f"{classes} length classes"
+                f"{classes} length classes: use at most {classes}"
             )
 
     def templates(self, constraints: Tensor, max_length: int) -> List:
@@ -97,11 +99,13 @@ class LengthBeamGenerator:
             body = row[1:]
             template = body[: body.index(0)] if 0 in body else body
             if not template:
-                raise ValueError("an infilling template is empty: give its tokens and <mask>s")
+                raise CMLMPluginError("an infilling template is empty: give its tokens and <mask>s")
             if set(template) & special:
-                raise ValueError("an infilling template holds pad/BOS/EOS: give words and <mask>s")
+                raise CMLMPluginError(
+                    "an infilling template holds pad/BOS/EOS: give words and <mask>s"
+                )
             if len(template) > max_length:
-                raise ValueError(
+                raise CMLMPluginError(
                     f"an infilling template has {len(template)} tokens, more than the "
                     f"model's {max_length} target positions"
                 )
@@ -111,7 +115,7 @@ class LengthBeamGenerator:
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
         if prefix_tokens is not None:
-            raise ValueError("--prefix-size is not supported by --task cmlm")
+            raise CMLMPluginError("--prefix-size is not supported by --task cmlm")
         self.check_models(models)
         model = models[0]
         model.eval()
@@ -120,6 +124,11 @@ class LengthBeamGenerator:
         num_sentences = src_tokens.size(0)
         beam = self.beam_size
         device = src_tokens.device
+
+        no_source = torch.zeros(num_sentences, dtype=torch.bool, device=device)  # B
+        if self.source_symbols is not None:  # no token but EOS: the output is empty
+            source_pad, source_eos = self.source_symbols
+            no_source = (src_tokens.ne(source_pad) & src_tokens.ne(source_eos)).sum(dim=1).eq(0)
 
         guided = self.guidance != 0.0
         if guided:  # one encoder call on [sources; empty sources]
@@ -148,9 +157,11 @@ class LengthBeamGenerator:
             order = torch.cat([order, order + num_sentences])  # 2N: cond, then uncond
         candidates_out = model.encoder.reorder_encoder_out(encoder_out, order)
         banned = torch.tensor(self.banned, device=device)
+        nonfinite = torch.zeros(num_candidates, dtype=torch.bool, device=device)  # N
 
         def logits_fn(tokens: Tensor, rows) -> Tensor:
             """n x L tokens of candidates ``rows`` (all when None) -> n x L x V logits."""
+            seen = slice(None) if rows is None else rows
             if guided:  # candidates_out holds the N conditional rows, then the N others
                 rows = None if rows is None else torch.cat([rows, rows + num_candidates])  # 2n
                 tokens = torch.cat([tokens, tokens])  # 2n x L
@@ -160,6 +171,8 @@ class LengthBeamGenerator:
                 else model.encoder.reorder_encoder_out(candidates_out, rows)
             )
             logits = model.decoder_logits(tokens, enc).float()  # n x L x V (2n guided)
+            bad = ~torch.isfinite(logits).flatten(1).all(dim=1)  # n (2n guided), no sync
+            nonfinite[seen] |= bad.view(2, -1).any(dim=0) if guided else bad
             if guided:
                 cond, uncond = logits.chunk(2)
                 logits = guided_logits(cond, uncond, self.guidance)  # n x L x V
@@ -168,8 +181,20 @@ class LengthBeamGenerator:
         if template is not None:
             template = template.repeat_interleave(beam, dim=0)  # N x L
         result = self.decode(logits_fn, lengths, template)
+        self._check_finite(nonfinite.view(num_sentences, beam).any(dim=1), sample)
         best = select_best(result.scores, beam)  # B
-        return self._hypotheses(result, best)
+        return self._hypotheses(result, best, no_source)
+
+    @staticmethod
+    def _check_finite(bad: Tensor, sample) -> None:
+        """Refuse outputs of a decoder pass that produced NaN/inf logits (``bad``: B)."""
+        if bad.any():  # one check per batch, after decoding
+            ids = sample["id"][bad] if "id" in sample else bad.nonzero().view(-1)
+            raise CMLMPluginError(
+                f"the decoder produced NaN/inf logits for {int(bad.sum())} sentence(s) "
+                f"(ids {ids.tolist()[:10]}); in fp16 this is an overflow: decode in fp32 "
+                "(drop --fp16) and check the checkpoint"
+            )
 
     def _apply_templates(self, templates: List, lengths: Tensor):
         """Template rows get the template's length for every candidate.
@@ -204,14 +229,17 @@ class LengthBeamGenerator:
             tokens = torch.where(tokens.eq(self.mask), template[:, : tokens.size(1)], tokens)
         return tokens
 
-    def _hypotheses(self, result, best: Tensor) -> List[List[Dict]]:
-        """fairseq's output format: one list holding one hypothesis per sentence."""
+    def _hypotheses(self, result, best: Tensor, empty: Tensor) -> List[List[Dict]]:
+        """fairseq's output format: one list holding one hypothesis per sentence.
+
+        Sentences whose source is ``empty`` (``B``) get the empty hypothesis.
+        """
         # the loop below only slices finished tensors into per-sentence outputs
         tokens = result.tokens[best].cpu()  # B x L
         logprobs = result.token_logprobs[best].cpu()  # B x L
         scores = result.scores[best].cpu()
         steps = result.steps[best].cpu()
-        kept = result.tokens[best].ne(self.pad).sum(dim=1).cpu()
+        kept = result.tokens[best].ne(self.pad).sum(dim=1).masked_fill(empty, 0).cpu()  # B
         history = [h[best].cpu() for h in result.history]
         eos = torch.tensor([self.eos])
         hypos = []
@@ -219,11 +247,11 @@ class LengthBeamGenerator:
             n = int(kept[i])
             hypo = {
                 "tokens": torch.cat([tokens[i, :n], eos]),
-                "score": float(scores[i]),
+                "score": float(scores[i]) if n else 0.0,
                 "positional_scores": logprobs[i, :n],
                 "attention": None,
                 "alignment": None,
-                "steps": int(steps[i]),
+                "steps": int(steps[i]) if n else 0,
             }
             if self.retain_history:
                 hypo["history"] = [
@@ -283,24 +311,29 @@ class DiffusionGenerator(LengthBeamGenerator):
                  empty_source=None, seed=None, gen_length=0):  # fmt: skip
         super().__init__(tgt_dict, steps, beam_size, retain_history)
         if gen_length < 0:
-            raise ValueError(f"--gen-length must be >= 0 (0: the length head), got {gen_length}")
+            raise CMLMPluginError(
+                f"--gen-length must be >= 0 (0: the length head), got {gen_length}"
+            )
         if gen_length and beam_size != 1:
-            raise ValueError("--gen-length fixes the length: use --iter-decode-with-beam 1")
+            raise CMLMPluginError("--gen-length fixes the length: use --iter-decode-with-beam 1")
         if gen_length and block_length and gen_length % block_length:
-            raise ValueError(
-                f"--block-length {block_length} does not divide --gen-length {gen_length}"
+            raise CMLMPluginError(
+                f"--block-length {block_length} does not divide --gen-length {gen_length}: "
+                "use a divisor (LLaDA decodes whole blocks)"
             )
         self.gen_length = gen_length
         if gen_length:  # the output ends at a generated EOS
             self.banned = [i for i in self.banned if i != self.eos]
         if block_length < 0:
-            raise ValueError(f"--block-length must be >= 0 (0: whole length), got {block_length}")
+            raise CMLMPluginError(
+                f"--block-length must be >= 0 (0: whole length), got {block_length}"
+            )
         if temperature < 0:
-            raise ValueError(f"--sampling-temperature must be >= 0, got {temperature}")
+            raise CMLMPluginError(f"--sampling-temperature must be >= 0, got {temperature}")
         if threshold is not None and not 0.0 < threshold <= 1.0:
-            raise ValueError(f"--confidence-threshold must be in (0, 1], got {threshold}")
+            raise CMLMPluginError(f"--confidence-threshold must be in (0, 1], got {threshold}")
         if guidance != 0.0 and empty_source is None:
-            raise ValueError("--cfg-scale needs the source dictionary to build empty sources")
+            raise CMLMPluginError("--cfg-scale needs the source dictionary to build empty sources")
         self.block_length = block_length
         self.temperature = temperature
         self.remasking = remasking
@@ -313,7 +346,7 @@ class DiffusionGenerator(LengthBeamGenerator):
         super().check_models(models)
         max_length = models[0].decoder.max_positions()
         if self.gen_length > max_length:
-            raise ValueError(
+            raise CMLMPluginError(
                 f"--gen-length {self.gen_length} exceeds the model's {max_length} target positions"
             )
 
@@ -375,6 +408,7 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
             calibration_temperature=task_cfg.calibration_temperature,
             monotone=task_cfg.monotone,
         )
+    generator.source_symbols = (src_dict.pad(), src_dict.eos())
     if models:
         generator.check_models(models)
     return generator

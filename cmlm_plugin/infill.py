@@ -18,6 +18,8 @@ from typing import List
 import torch
 from fairseq.token_generation_constraints import pack_constraints
 
+from .errors import CMLMPluginError
+
 
 def infill(hub, sources: List[str], templates: List[str], **generation) -> List[str]:
     """Translate each source so that the output follows its template.
@@ -32,7 +34,9 @@ def infill(hub, sources: List[str], templates: List[str], **generation) -> List[
         The completed target sentences, detokenized, in input order.
     """
     if len(sources) != len(templates):
-        raise ValueError(f"{len(sources)} sources but {len(templates)} templates: give one each")
+        raise CMLMPluginError(
+            f"{len(sources)} sources but {len(templates)} templates: give one each"
+        )
     task, models = hub.task, hub.models
     tgt_dict = task.target_dictionary
     source_tokens = [hub.encode(s) for s in sources]

@@ -21,13 +21,15 @@ def command(name: str) -> List[str]:
     return [path]
 
 
-def run(name: str, *args, cwd=None, stdin=None, timeout=900, stdout_only=False) -> str:
-    """Run a console command; fail with its output if it exits non-zero.
+def invoke(name: str, *args, cwd=None, stdin=None, timeout=900, env=None):
+    """Run a console command of this environment; returns the CompletedProcess.
 
-    Returns stdout followed by stderr (fairseq logs to stderr), or stdout alone.
+    ``env`` adds environment variables; a traceback request is dropped so that the
+    plugin's one-line errors show as users see them.
     """
-    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
+    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore", **(env or {}))
+    env.pop("CMLM_PLUGIN_TRACEBACK", None)
+    return subprocess.run(
         command(name) + [str(a) for a in args],
         cwd=cwd or ROOT,
         input=stdin,
@@ -36,6 +38,14 @@ def run(name: str, *args, cwd=None, stdin=None, timeout=900, stdout_only=False) 
         env=env,
         timeout=timeout,
     )
+
+
+def run(name: str, *args, stdout_only=False, **kwargs) -> str:
+    """Run a console command; fail with its output if it exits non-zero.
+
+    Returns stdout followed by stderr (fairseq logs to stderr), or stdout alone.
+    """
+    proc = invoke(name, *args, **kwargs)
     if proc.returncode != 0:
         raise AssertionError(
             f"{name} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
@@ -91,3 +101,11 @@ def run_python(code: str, marker: str, timeout=300) -> str:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert marker in proc.stdout, proc.stdout[-2000:]
     return proc.stdout
+
+
+def fails(name: str, *args, **kwargs) -> str:
+    """Run a console command that must fail; return the last line of its stderr."""
+    proc = invoke(name, *args, **kwargs)
+    assert proc.returncode != 0, f"{name} should have failed:\n{proc.stdout[-2000:]}"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -7,28 +7,14 @@ T and l -> fairseq-interactive, fairseq-validate and the hub interface.
 import re
 
 import pytest
-from cli import bleu, hypotheses, preprocess, run, run_python, tagged
-from conftest import ROOT
-from toydata import write_transduction
-
-N_TEST = 20
+from cli import bleu, hypotheses, run, run_python, tagged
+from conftest import N_TEST
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    write_transduction(root / "raw", {"train": 300, "valid": 20, "test": N_TEST}, seed=3)
-    preprocess(root / "raw", root / "bin")
-    run(
-        "fairseq-train", root / "bin",
-        "--user-dir", "cmlm_plugin",  # relative: as written from the repository root
-        "--task", "cmlm", "--arch", "cmlm_plugin_tiny", "--criterion", "cmlm_plugin_loss",
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "12",
-        "--save-dir", root / "ckpt", "--cpu", "--no-epoch-checkpoints", "--seed", "2",
-        cwd=ROOT,
-    )  # fmt: skip
-    assert (root / "ckpt" / "checkpoint_last.pt").exists()
-    return root
+def trained(tiny_run):
+    """The session's tiny run (conftest): preprocess + 12 training updates."""
+    return tiny_run
 
 
 def generate(root, *args):

@@ -6,59 +6,18 @@ import pickle
 
 import pytest
 import torch
-from conftest import ROOT
-from fairseq import options, tasks
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-PLUGIN = str(ROOT / "cmlm_plugin")
-WORDS = [f"w{i}" for i in range(30)]
+from tinymodel import WORDS, encode, sample_for, setup, write_dictionaries
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dict")
-    text = "".join(f"{w} {100 - i}\n" for i, w in enumerate(WORDS))
-    for lang in ("src", "tgt"):
-        (folder / f"dict.{lang}.txt").write_text(text)
-    return str(folder)
-
-
-def setup(data_dir, *extra, arch="cmlm_plugin_tiny"):
-    parser = options.get_training_parser()
-    argv = [data_dir, "--user-dir", PLUGIN, "--task", "cmlm", "--arch", arch]
-    argv += ["-s", "src", "-t", "tgt", "--criterion", "cmlm_plugin_loss", "--cpu", *extra]
-    args = options.parse_args_and_arch(parser, argv)
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    model = task.build_model(cfg.model)
-    criterion = task.build_criterion(cfg.criterion)
-    return task, model, criterion
+    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 @pytest.fixture(scope="module")
 def tiny(data_dir):
     torch.manual_seed(0)
     return setup(data_dir)
-
-
-def encode(task, sentences):
-    rows = [task.tgt_dict.encode_line(s, add_if_not_exist=False).long() for s in sentences]
-    width = max(len(r) for r in rows)
-    batch = torch.full((len(rows), width), task.tgt_dict.pad())
-    for i, r in enumerate(rows):
-        batch[i, : len(r)] = r  # right-padded here; the task pads sources left
-    return batch
-
-
-def sample_for(task, sources, targets):
-    src = encode(task, sources)
-    return {
-        "net_input": {"src_tokens": src, "src_lengths": src.ne(task.src_dict.pad()).sum(1)},
-        "target": encode(task, targets),
-        "id": torch.arange(len(sources)),
-        "nsentences": len(sources),
-        "ntokens": 0,
-    }
 
 
 def test_registered_names_are_ours_beside_all_of_fairseq(tiny):
@@ -345,3 +304,23 @@ def test_fixed_length_forbids_several_length_candidates(data_dir):
         task.build_generator(
             [model], argparse.Namespace(iter_decode_max_iter=4, iter_decode_with_beam=2)
         )
+
+
+def test_training_noise_depends_on_the_update_seed_and_the_batch_only(tiny):
+    """The same batch gets the same masks under the same per-update seed, however the
+    batches of an update are spread over workers or micro-batches."""
+    task, _, _ = tiny
+    targets = ["w1 w2 w3 w4 w5 w6 w7 w8"] * 6
+
+    def masks(ids, seed, draws_before=0):
+        torch.manual_seed(seed)  # what fairseq does before each update
+        torch.rand(draws_before)  # other consumers of the global stream in between
+        sample = sample_for(task, ["w1"] * 6, targets)
+        sample["id"] = torch.tensor(ids)
+        generator = task.noise_generator(sample)
+        return task.add_noise(sample, generator)["prev_target"]
+
+    first = masks([0, 1, 2, 3, 4, 5], seed=11)
+    assert torch.equal(first, masks([0, 1, 2, 3, 4, 5], seed=11, draws_before=7))
+    assert not torch.equal(first, masks([6, 7, 8, 9, 10, 11], seed=11))
+    assert not torch.equal(first, masks([0, 1, 2, 3, 4, 5], seed=12))

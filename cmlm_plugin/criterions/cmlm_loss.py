@@ -31,6 +31,8 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
+from ..errors import CMLMPluginError
+
 CRITERION_NAME = "cmlm_plugin_loss"
 
 
@@ -67,15 +69,15 @@ class CMLMPluginLoss(FairseqCriterion):
     def __init__(self, task, label_smoothing=0.1, length_loss_factor=1.0):
         super().__init__(task)
         if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
+            raise CMLMPluginError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
         if length_loss_factor < 0:
-            raise ValueError(f"--length-loss-factor must be >= 0, got {length_loss_factor}")
+            raise CMLMPluginError(f"--length-loss-factor must be >= 0, got {length_loss_factor}")
         self.smoothing = {"word_ins": label_smoothing}
         self.factors = {"length": length_loss_factor}
 
     def forward(self, model, sample, reduce=True):
         if "prev_target" not in sample:
-            raise ValueError(
+            raise CMLMPluginError(
                 f"{CRITERION_NAME} needs the noisy target that --task cmlm adds "
                 "(sample['prev_target']); train with --task cmlm"
             )

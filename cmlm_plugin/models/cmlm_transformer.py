@@ -21,6 +21,7 @@ from fairseq.models.transformer.transformer_legacy import base_architecture
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import Tensor
 
+from ..errors import CMLMPluginError
 from ..symbols import mask_index
 from .length_head import LengthHead
 
@@ -83,6 +84,19 @@ class CMLMPluginModel(TransformerModel):
             embed_tokens,
             no_encoder_attn=getattr(args, "no_cross_attention", False),
         )
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's loader, after checking that the checkpoint's vocabulary fits the data."""
+        for side, name in (("source", "encoder"), ("target", "decoder")):
+            saved = state_dict.get(f"{name}.embed_tokens.weight")  # V x C
+            size = getattr(self, name).embed_tokens.num_embeddings
+            if saved is not None and saved.size(0) != size:
+                raise CMLMPluginError(
+                    f"the checkpoint's {side} vocabulary has {saved.size(0)} symbols but "
+                    f"the data's dictionary has {size} (with <mask>): use the binarized "
+                    "data (dict.*.txt) the model was trained with"
+                )
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
     def predict_length(self, encoder_out: Dict) -> Dict[str, Tensor]:
         """Length log-probabilities ``B x C`` and the length of each class ``B x C``."""

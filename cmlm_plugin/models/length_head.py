@@ -11,12 +11,14 @@ predicts the difference target - source). Lengths count real target tokens only
 import torch
 from torch import Tensor, nn
 
+from ..errors import CMLMPluginError
+
 
 class LengthHead(nn.Module):
     def __init__(self, embed_dim: int, num_classes: int, offset: bool = False):
         super().__init__()
         if num_classes < 2:
-            raise ValueError(f"--length-classes must be >= 2, got {num_classes}")
+            raise CMLMPluginError(f"--length-classes must be >= 2, got {num_classes}")
         self.num_classes = num_classes
         self.offset = offset
         self.proj = nn.Linear(embed_dim, num_classes)

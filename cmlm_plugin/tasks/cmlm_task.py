@@ -10,13 +10,19 @@ generator for ``fairseq-generate`` / ``-interactive`` / the hub interface
 
 Targets are used without their EOS: the decoder sees and predicts the n real
 tokens, and the length head predicts n.
+
+Bad flags, a model of another architecture, split dictionaries and over-long
+sentences stop at start-up with a one-line ``CMLMPluginError`` (README, "Bad input").
 """
 
 import torch
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import TranslationTask
 
+from ..errors import CMLMPluginError
 from ..generator import build_generator
+from ..models.cmlm_transformer import CMLMPluginModel
 from ..noise import diffusion_mask, empty_sources, uniform_mask
 from ..symbols import MASK_SYMBOL, mask_index
 from .cmlm_config import CMLMConfig
@@ -31,20 +37,25 @@ class CMLMPluginTask(TranslationTask):
     def __init__(self, cfg: CMLMConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         if not 0.0 <= cfg.mask_ratio_min <= cfg.mask_ratio_max <= 1.0:
-            raise ValueError(
+            raise CMLMPluginError(
                 "--mask-ratio-min/--mask-ratio-max must satisfy 0 <= min <= max <= 1, "
                 f"got {cfg.mask_ratio_min} and {cfg.mask_ratio_max}"
             )
         if not 0.0 < cfg.diffusion_eps < 1.0:
-            raise ValueError(f"--diffusion-eps must be in (0, 1), got {cfg.diffusion_eps}")
+            raise CMLMPluginError(f"--diffusion-eps must be in (0, 1), got {cfg.diffusion_eps}")
         if not 0.0 <= cfg.p_uncond < 1.0:
-            raise ValueError(f"--p-uncond must be in [0, 1), got {cfg.p_uncond}")
+            raise CMLMPluginError(f"--p-uncond must be in [0, 1), got {cfg.p_uncond}")
         if cfg.mc_samples < 1:
-            raise ValueError(f"--mc-samples must be >= 1, got {cfg.mc_samples}")
+            raise CMLMPluginError(f"--mc-samples must be >= 1, got {cfg.mc_samples}")
         if cfg.eos_fill and cfg.objective != "diffusion":
-            raise ValueError("--eos-fill belongs to --objective diffusion")
+            raise CMLMPluginError("--eos-fill belongs to --objective diffusion")
+        if cfg.diffusion_steps < 0:
+            raise CMLMPluginError(
+                "--diffusion-steps must be >= 1 (0: --iter-decode-max-iter), "
+                f"got {cfg.diffusion_steps}"
+            )
         if cfg.left_pad_target:
-            raise ValueError("--task cmlm needs right-padded targets: drop --left-pad-target")
+            raise CMLMPluginError("--task cmlm needs right-padded targets: drop --left-pad-target")
         self.mask_idx = mask_index(tgt_dict)
         self.special_ids = sorted({tgt_dict.pad(), tgt_dict.bos(), tgt_dict.eos(), self.mask_idx})
 
@@ -54,7 +65,38 @@ class CMLMPluginTask(TranslationTask):
         dictionary.add_symbol(MASK_SYMBOL)
         return dictionary
 
-    def add_noise(self, sample):
+    def build_model(self, cfg, from_checkpoint=False):
+        """fairseq's model builder, after checking that the model and data fit the task."""
+        arch = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
+        model_class = ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)
+        if model_class is None or not issubclass(model_class, CMLMPluginModel):
+            raise CMLMPluginError(
+                f"the model is --arch {arch}, not a cmlm_plugin model: --task cmlm trains "
+                "and decodes --arch cmlm_plugin_{tiny,small,base,big} (decode other "
+                "models with their own task, e.g. --task translation)"
+            )
+        if getattr(cfg, "share_all_embeddings", False) and self.src_dict != self.tgt_dict:
+            raise CMLMPluginError(
+                f"{self.cfg.data} has different source and target dictionaries, but the "
+                "model shares one embedding table: binarize with fairseq-preprocess "
+                "--joined-dictionary"
+            )
+        return super().build_model(cfg, from_checkpoint)
+
+    def filter_indices_by_size(
+        self, indices, dataset, max_positions=None, ignore_invalid_inputs=False
+    ):
+        """fairseq's size filter; a sentence too long for the model is a one-line error."""
+        try:
+            return super().filter_indices_by_size(
+                indices, dataset, max_positions, ignore_invalid_inputs
+            )
+        except Exception as exc:
+            if "--skip-invalid-size-inputs-valid-test" not in str(exc):
+                raise
+            raise CMLMPluginError(f"a sentence is too long for the model: {exc}") from exc
+
+    def add_noise(self, sample, generator=None):
         """Drop the target's EOS and store the masked target as ``prev_target``.
 
         The diffusion objective also stores each sentence's masking probability as
@@ -71,7 +113,7 @@ class CMLMPluginTask(TranslationTask):
         if self.cfg.objective == "diffusion":
             special = [i for i in self.special_ids if not (self.cfg.eos_fill and i == eos)]
             sample["prev_target"], sample["mask_prob"] = diffusion_mask(
-                target, self.mask_idx, special, self.cfg.diffusion_eps
+                target, self.mask_idx, special, self.cfg.diffusion_eps, generator=generator
             )
         else:
             sample["prev_target"] = uniform_mask(
@@ -80,23 +122,41 @@ class CMLMPluginTask(TranslationTask):
                 self.special_ids,
                 self.cfg.mask_ratio_min,
                 self.cfg.mask_ratio_max,
+                generator=generator,
             )
         return sample
 
-    def drop_sources(self, sample):
+    def drop_sources(self, sample, generator=None):
         """With probability ``--p-uncond`` per sentence, train on an empty source."""
         if self.cfg.p_uncond <= 0:
             return sample
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]  # B x S
-        drop = torch.rand(src_tokens.size(0), device=src_tokens.device) < self.cfg.p_uncond
+        drop = torch.rand(src_tokens.size(0), device=src_tokens.device, generator=generator)
+        drop = drop < self.cfg.p_uncond  # B
         net_input["src_tokens"], net_input["src_lengths"] = empty_sources(
             src_tokens, drop, self.src_dict.pad(), self.src_dict.eos(), self.cfg.left_pad_source
         )
         return sample
 
+    @staticmethod
+    def noise_generator(sample) -> torch.Generator:
+        """The training noise's random stream: fairseq's per-update seed and the batch.
+
+        fairseq reseeds torch with ``--seed`` + update number before each update; the
+        sentence ids then tell the batches of one update apart. A batch draws the same
+        masks whether it is one of ``--update-freq N`` micro-batches or one of N
+        data-parallel workers' shares, so N workers train exactly like one process
+        with ``--update-freq N`` (tested), and a resumed run redraws the same masks.
+        """
+        ids = sample["id"]  # B
+        seed = torch.initial_seed() * 1_000_003 + int(ids.min()) * 1009 + ids.numel()
+        device = sample["target"].device
+        return torch.Generator(device=device).manual_seed(seed % 2**63)
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        sample = self.drop_sources(self.add_noise(sample))
+        generator = self.noise_generator(sample)
+        sample = self.drop_sources(self.add_noise(sample, generator), generator)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):

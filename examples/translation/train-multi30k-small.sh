@@ -7,19 +7,22 @@
 # DATA_DIR is the output of prepare-multi30k.sh (default work/multi30k).
 # TRAIN_HOURS (default 0.6) bounds the training time; on a GPU, drop --cpu and
 # raise the budget. These are quickstart settings, not the paper's (see README).
+# TRAIN_FLAGS adds or overrides training flags, e.g. the masked-diffusion objective:
+#   TRAIN_FLAGS="--objective diffusion --label-smoothing 0" bash ... work/multi30k work/checkpoints/diff
 set -euo pipefail
 DATA=${1:-work/multi30k}
 SAVE=${2:-work/checkpoints/multi30k-small}
 TRAIN_HOURS=${TRAIN_HOURS:-0.6}
 USER_DIR=${USER_DIR:-$(cmlm-plugin-dir)}
 DEVICE_FLAGS=${DEVICE_FLAGS:---cpu}
+TRAIN_FLAGS=${TRAIN_FLAGS:-}
 
 fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task cmlm \
   --arch cmlm_plugin_small --criterion cmlm_plugin_loss --label-smoothing 0.1 \
   --optimizer adam --adam-betas '(0.9, 0.98)' --weight-decay 0.01 --clip-norm 1.0 \
   --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500 --warmup-init-lr 1e-7 \
   --max-tokens 2048 --stop-time-hours "$TRAIN_HOURS" --max-epoch 200 \
-  --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS
+  --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS $TRAIN_FLAGS
 
 fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task cmlm \
   --path "$SAVE/checkpoint_last.pt" --gen-subset test --batch-size 128 \
