@@ -240,6 +240,7 @@ class LengthBeamGenerator:
         scores = result.scores[best].cpu()
         steps = result.steps[best].cpu()
         kept = result.tokens[best].ne(self.pad).sum(dim=1).masked_fill(empty, 0).cpu()  # B
+        empty = empty.cpu()
         history = [h[best].cpu() for h in result.history]
         eos = torch.tensor([self.eos])
         hypos = []
@@ -247,11 +248,11 @@ class LengthBeamGenerator:
             n = int(kept[i])
             hypo = {
                 "tokens": torch.cat([tokens[i, :n], eos]),
-                "score": float(scores[i]) if n else 0.0,
+                "score": 0.0 if empty[i] else float(scores[i]),
                 "positional_scores": logprobs[i, :n],
                 "attention": None,
                 "alignment": None,
-                "steps": int(steps[i]) if n else 0,
+                "steps": 0 if empty[i] else int(steps[i]),
             }
             if self.retain_history:
                 hypo["history"] = [
