@@ -21,14 +21,21 @@ def command(name: str) -> List[str]:
     return [path]
 
 
-def invoke(name: str, *args, cwd=None, stdin=None, timeout=900, env=None):
-    """Run a console command of this environment; returns the CompletedProcess.
+def environment(**extra) -> Dict[str, str]:
+    """The environment of the commands the tests run, plus ``extra``.
 
-    ``env`` adds environment variables; a traceback request is dropped so that the
-    plugin's one-line errors show as users see them.
+    A traceback request is dropped so that the plugin's one-line errors show as users
+    see them.
     """
-    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore", **(env or {}))
+    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore")
     env.pop("CMLM_PLUGIN_TRACEBACK", None)
+    env.update(extra)
+    return env
+
+
+def invoke(name: str, *args, cwd=None, stdin=None, timeout=900, env=None):
+    """Run a console command of this environment (``env`` adds variables)."""
+    env = environment(**(env or {}))
     return subprocess.run(
         command(name) + [str(a) for a in args],
         cwd=cwd or ROOT,

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from cli import BIN, hypotheses, preprocess, run
+from cli import BIN, environment, hypotheses, preprocess, run
 from conftest import ROOT
 from toydata import write_transduction
 
@@ -88,7 +88,7 @@ def test_sigkill_mid_epoch_then_restart_continues_the_same_curve(data, reference
     proc = subprocess.Popen(
         [str(BIN / "fairseq-train"), *map(str, train_args(data, save))],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore"),
+        env=environment(),
     )  # fmt: skip
     first = []
     for line in proc.stdout:
@@ -155,7 +155,7 @@ def test_two_process_gloo_training_matches_one_process_with_twice_the_batch(data
              "--distributed-init-method", init, "--distributed-no-spawn",
              "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
+            env=environment(OMP_NUM_THREADS="1"),
         )  # fmt: skip
         for rank in range(2)
     ]
