@@ -24,11 +24,18 @@ setup(
         "sacrebleu>=2.0",
         "sentencepiece",
     ],
-    extras_require={"test": ["pytest", "hypothesis"], "dev": ["black", "isort"]},
+    extras_require={
+        "test": ["pytest", "hypothesis", "matplotlib"],
+        "plot": ["matplotlib"],
+        "dev": ["black", "isort"],
+    },
     entry_points={
         "console_scripts": [
             "cmlm-plugin-dir=cmlm_plugin_dir:main",
             "cmlm-calibrate=cmlm_plugin.cli.calibrate:main",
+            "cmlm-average-checkpoints=cmlm_plugin.cli.average:main",
+            "cmlm-table=cmlm_plugin.cli.table:main",
+            "cmlm-convert=cmlm_plugin.cli.convert:main",
         ]
     },
     classifiers=[

@@ -67,6 +67,9 @@ class LengthBeamGenerator:
         self.guidance = 0.0  # classifier-free guidance scale (diffusion only)
         self.empty_source = None  # (pad, eos, left_pad) to build unconditional inputs
         self.source_symbols = None  # (pad, eos) of the source: empty sources -> empty outputs
+        # log_softmax over the whole vocabulary before banning symbols (Mask-Predict's
+        # confidences, as the original code and fairseq compute them); else logits
+        self.normalize_before_ban = False
 
     def check_models(self, models) -> None:
         if len(models) != 1:
@@ -176,6 +179,8 @@ class LengthBeamGenerator:
             if guided:
                 cond, uncond = logits.chunk(2)
                 logits = guided_logits(cond, uncond, self.guidance)  # n x L x V
+            if self.normalize_before_ban:  # probabilities over the whole vocabulary
+                logits = torch.log_softmax(logits, dim=-1)  # n x L x V
             return logits.index_fill_(-1, banned, float("-inf"))
 
         if template is not None:
@@ -276,15 +281,13 @@ class MaskPredictGenerator(LengthBeamGenerator):
         super().__init__(tgt_dict, max_iter, beam_size, retain_history)
         self.force_max_iter = force_max_iter
         self.variants = variants  # schedule, ratio, confidence, ... of mask_predict
+        self.normalize_before_ban = True  # logits_fn returns log-probabilities
 
     def decode(self, logits_fn, lengths, template=None):
-        def step(tokens, rows):
-            return torch.log_softmax(logits_fn(tokens, rows), dim=-1)  # n x L x V
-
         if template is not None:
             template = self.start_tokens(lengths, template)
         return mask_predict(
-            step,
+            logits_fn,
             lengths,
             self.max_iter,
             self.mask,

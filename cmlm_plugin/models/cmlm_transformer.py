@@ -23,18 +23,32 @@ from torch import Tensor
 
 from ..errors import CMLMPluginError
 from ..symbols import mask_index
+from .frames import FRAMES, LENGTH_SOURCES, LengthTokenEncoder, SourceBosEncoder, add_frame
 from .length_head import LengthHead
 
 MODEL_NAME = "cmlm_plugin_transformer"
 
 
 class BidirectionalDecoder(TransformerDecoder):
-    """fairseq's Transformer decoder with full (non-causal) self-attention."""
+    """fairseq's Transformer decoder with full (non-causal) self-attention.
+
+    ``decoder_frame`` (``frames.py``) wraps the input in BOS/EOS for converted
+    checkpoints; inputs and outputs stay ``B x T`` for the ``T`` target positions.
+    """
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.frame = getattr(args, "decoder_frame", None) or "none"
 
     def forward(self, prev_output_tokens, encoder_out=None, features_only=False, **unused):
+        d = self.dictionary
+        framed, real = add_frame(
+            prev_output_tokens, self.frame, d.pad(), d.bos(), d.eos()
+        )  # B x T'
         features, extra = self.extract_features(
-            prev_output_tokens, encoder_out=encoder_out, full_context_alignment=True
-        )  # B x T x C
+            framed, encoder_out=encoder_out, full_context_alignment=True
+        )  # B x T' x C
+        features = features[:, real]  # B x T x C
         if features_only:
             return features, extra
         return self.output_layer(features), extra  # B x T x V
@@ -75,6 +89,27 @@ class CMLMPluginModel(TransformerModel):
             action="store_true",
             help="keep fairseq's Transformer initialisation instead of BERT's N(0, 0.02)",
         )
+        parser.add_argument(
+            "--decoder-frame",
+            choices=FRAMES,
+            help="symbols around the decoder input: none (the paper's CMLM), bos-eos "
+            "(fairseq's cmlm_transformer, whose sources also start with <s>) or eos (the original Mask-Predict code); set "
+            "by cmlm-convert for converted checkpoints",
+        )
+        parser.add_argument(
+            "--length-source",
+            choices=LENGTH_SOURCES,
+            help="length prediction from mean-pooled encoder states, or from a LENGTH "
+            "token prepended to the source (the original Mask-Predict code)",
+        )
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        if args.length_source == "length-token":
+            return LengthTokenEncoder(args, src_dict, embed_tokens)
+        if args.decoder_frame == "bos-eos":  # fairseq's translation_lev: <s> on both sides
+            return SourceBosEncoder(args, src_dict, embed_tokens)
+        return super().build_encoder(args, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
@@ -98,10 +133,17 @@ class CMLMPluginModel(TransformerModel):
                 )
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
+    def length_logits(self, encoder_out: Dict) -> Tensor:
+        """``B x C`` length-class logits of an encoder output."""
+        if "length_state" in encoder_out:  # LENGTH-token encoder
+            return self.length_head.proj(encoder_out["length_state"][0])  # B x C
+        padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
+        return self.length_head(encoder_out["encoder_out"][0], padding_mask)  # B x C
+
     def predict_length(self, encoder_out: Dict) -> Dict[str, Tensor]:
         """Length log-probabilities ``B x C`` and the length of each class ``B x C``."""
         padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
-        logits = self.length_head(encoder_out["encoder_out"][0], padding_mask)  # B x C
+        logits = self.length_logits(encoder_out)  # B x C
         source_lengths = (~padding_mask).sum(dim=1)  # B
         return {
             "logprobs": torch.log_softmax(logits.float(), dim=-1),
@@ -129,7 +171,7 @@ class CMLMPluginModel(TransformerModel):
         """
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
         padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
-        length_logits = self.length_head(encoder_out["encoder_out"][0], padding_mask)  # B x C
+        length_logits = self.length_logits(encoder_out)  # B x C
         features, _ = self.decoder(
             prev_output_tokens, encoder_out=encoder_out, features_only=True
         )  # B x T x C
@@ -157,6 +199,8 @@ def _cmlm_defaults(args):
     args.length_classes = getattr(args, "length_classes", None) or 256
     args.length_offset = getattr(args, "length_offset", False)
     args.no_bert_init = getattr(args, "no_bert_init", False)
+    args.decoder_frame = getattr(args, "decoder_frame", None) or "none"
+    args.length_source = getattr(args, "length_source", None) or "mean-pool"
     base_architecture(args)
 
 
