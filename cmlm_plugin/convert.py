@@ -94,13 +94,34 @@ def _reorder_vocab(table: Tensor) -> Tensor:
     return torch.cat([table[:4], table[_MP_SPECIALS:], table[4:5]])  # V x C
 
 
-def from_mask_predict(state: Dict[str, Tensor], vocab_size: int) -> Tuple[Dict, Dict]:
-    """Original Mask-Predict ``bert_transformer_seq2seq`` weights -> ours."""
+_MP_REQUIRED = (  # read before the weights are mapped (sizes, vocabulary, tied output)
+    "encoder.embed_tokens.weight",
+    "encoder.embed_positions.weight",
+    "encoder.layers.0.fc1.weight",
+    "decoder.embed_tokens.weight",
+    "decoder.embed_positions.weight",
+    "decoder.layers.0.fc1.weight",
+)
+
+
+def _check_mask_predict(state: Dict[str, Tensor]) -> None:
+    """A one-line error unless ``state`` has the weights the mapping reads by name."""
     if "encoder.embed_lengths.weight" not in state:
         raise CMLMPluginError(
             "the checkpoint has no encoder.embed_lengths: it is not an original "
             "Mask-Predict model (use `cmlm-convert fairseq-cmlm` for fairseq's cmlm_transformer)"
         )
+    missing = [key for key in _MP_REQUIRED if key not in state]
+    if missing:
+        raise CMLMPluginError(
+            f"the Mask-Predict checkpoint has no {', '.join(missing)}: it is truncated or "
+            "not a bert_transformer_seq2seq model"
+        )
+
+
+def from_mask_predict(state: Dict[str, Tensor], vocab_size: int) -> Tuple[Dict, Dict]:
+    """Original Mask-Predict ``bert_transformer_seq2seq`` weights -> ours."""
+    _check_mask_predict(state)
     words = state["encoder.embed_tokens.weight"].size(0)
     if words != vocab_size:
         raise CMLMPluginError(
@@ -135,13 +156,22 @@ def from_mask_predict(state: Dict[str, Tensor], vocab_size: int) -> Tuple[Dict, 
 
 
 def mask_predict_sizes(state: Dict[str, Tensor]) -> Dict:
-    """Model sizes of an original Mask-Predict checkpoint, read from its tensor shapes."""
+    """Model sizes of an original Mask-Predict checkpoint, read from its tensor shapes.
+
+    Without ``decoder.embed_out`` the decoder's output is tied to its input table;
+    all embeddings are shared only if the encoder's table is also the same
+    (``--share-all-embeddings``; the original saves the one table under both names).
+    """
+    _check_mask_predict(state)
 
     def count(prefix):
         found = {int(m.group(1)) for k in state for m in [re.match(prefix + r"(\d+)\.", k)] if m}
         return len(found)
 
     embed = state["encoder.embed_tokens.weight"]
+    decoder_embed = state["decoder.embed_tokens.weight"]
+    tied = "decoder.embed_out" not in state
+    shared = embed.shape == decoder_embed.shape and torch.equal(embed, decoder_embed)
     return {
         "encoder_embed_dim": embed.size(1),
         "decoder_embed_dim": embed.size(1),
@@ -152,6 +182,6 @@ def mask_predict_sizes(state: Dict[str, Tensor]) -> Dict:
         "max_source_positions": state["encoder.embed_positions.weight"].size(0) - 2,
         "max_target_positions": state["decoder.embed_positions.weight"].size(0) - 2,
         "length_classes": state["encoder.embed_lengths.weight"].size(0),
-        "share_all_embeddings": "decoder.embed_out" not in state,
-        "share_decoder_input_output_embed": "decoder.embed_out" not in state,
+        "share_all_embeddings": tied and shared,
+        "share_decoder_input_output_embed": tied,
     }

@@ -10,7 +10,7 @@ Every cell is one run of the real ``fairseq-generate`` on the test set: our mode
 ``cmlm_transformer`` (``--task translation_lev``) at the same T and l, passed to it as
 ``--iter-decode-max-iter T-1`` because fairseq counts its first pass apart; an
 autoregressive fairseq ``transformer`` at each beam size. For each cell: sacreBLEU on
-detokenized text (signature printed), optionally tokenized BLEU (``--tokenized-bleu``:
+detokenized text (signature printed; ``--tokenize zh`` for Chinese), optionally tokenized BLEU (``--tokenized-bleu``:
 sacreBLEU's 13a tokens scored without further tokenization, with ``##AT##-##AT##``
 compound splitting under ``--compound-split`` -- close to, not identical with, the
 paper's Moses tokenizer + multi-bleu), sentences/s and tokens/s as fairseq-generate
@@ -88,14 +88,15 @@ def parse_generate(stdout: str, stderr: str) -> Dict:
 
 def split_compounds(text: str) -> str:
     """``a-b`` -> ``a ##AT##-##AT## b``, the compound splitting of WMT EN-DE scoring."""
-    return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", re.sub(r"(\S)-(\S)", r"\1 - \2", text))
+    return re.sub(r"(?<=\S)-(?=\S)", " ##AT##-##AT## ", text)
 
 
-def scores(hyps: List[str], refs: List[str], tokenized: bool, compound: bool, zh: bool) -> Dict:
+def scores(
+    hyps: List[str], refs: List[str], tokenized: bool, compound: bool, tokenize: str
+) -> Dict:
     import sacrebleu
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-    tokenize = "zh" if zh else "13a"
     bleu = sacrebleu.metrics.BLEU(tokenize=tokenize)
     out = {
         "sacrebleu": round(bleu.corpus_score(hyps, [refs]).score, 2),
@@ -162,7 +163,7 @@ def run_cell(cell: Dict, args) -> Dict:
     if found["passes"] is not None and cell["kind"] == "fairseq-cmlm":
         found["passes"] += 1  # fairseq reports the index of its last pass
     found.update(scores(found["hyps"], found["refs"], args.tokenized_bleu, args.compound_split,
-                        bool(args.pair and args.pair.endswith("zh"))))  # fmt: skip
+                        args.tokenize))  # fmt: skip
     del found["hyps"], found["refs"]
     return {**cell, **found}
 
@@ -241,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subset", default="test")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--remove-bpe", default=None, help="e.g. sentencepiece (fairseq's flag)")
+    p.add_argument("--tokenize", default="13a", choices=("13a", "intl", "zh", "char", "none"),
+                   help="sacreBLEU tokenizer (zh for Chinese targets)")  # fmt: skip
     p.add_argument("--tokenized-bleu", action="store_true", help="also tokenized BLEU")
     p.add_argument("--compound-split", action="store_true", help="EN-DE compound splitting")
     p.add_argument("--user-dir", default=None, help="plugin folder (default: the installed one)")

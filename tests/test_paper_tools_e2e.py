@@ -1,0 +1,119 @@
+"""End-to-end: fairseq's own CMLM converted and decoded by us, cmlm-table, distill.sh.
+
+A tiny fairseq ``cmlm_transformer`` (task ``translation_lev``) and a tiny autoregressive
+``transformer`` are trained here with fairseq's own commands on the shared toy data.
+Where Mask-Predict and fairseq's generator coincide (one length candidate, every pass
+run: ``--iter-decode-force-max-iter``; fairseq's ``--iter-decode-max-iter k`` is k + 1
+passes) the converted model must give fairseq's outputs token for token.
+"""
+
+import json
+import shutil
+
+import pytest
+from cli import hypotheses, run
+from conftest import N_TEST, ROOT
+
+TINY = [
+    "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
+    "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim",
+    "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+    "--cpu", "--no-epoch-checkpoints", "--seed", "2", "--log-interval", "50",
+]  # fmt: skip
+DECODE = ["--gen-subset", "test", "--batch-size", "8", "--required-batch-size-multiple", "1"]
+DECODE += ["--cpu", "--iter-decode-with-beam", "1"]
+
+
+@pytest.fixture(scope="module")
+def fairseq_cmlm(tiny_run):
+    """fairseq's cmlm_transformer trained 150 updates, and its conversion."""
+    save = tiny_run / "fairseq-cmlm"
+    run(
+        "fairseq-train", tiny_run / "bin", "--user-dir", "cmlm_plugin",
+        "--task", "translation_lev", "--noise", "random_mask", "--arch", "cmlm_transformer",
+        "--encoder-learned-pos", "--decoder-learned-pos", "--activation-fn", "gelu",
+        "--apply-bert-init", "--criterion", "nat_loss", "--label-smoothing", "0.1",
+        "--length-loss-factor", "0.1", "--max-update", "150", "--save-dir", save, *TINY,
+    )  # fmt: skip
+    converted = tiny_run / "fairseq-cmlm-converted.pt"
+    out = run(
+        "cmlm-convert", "fairseq-cmlm", save / "checkpoint_last.pt", converted,
+        "--data", tiny_run / "bin",
+    )  # fmt: skip
+    assert "decoder frame 'bos-eos'" in out
+    return save / "checkpoint_last.pt", converted
+
+
+def test_converted_fairseq_cmlm_decodes_exactly_like_fairseq(tiny_run, fairseq_cmlm):
+    theirs, ours = fairseq_cmlm
+    outputs = {}
+    for passes in (1, 4):
+        fairseq_out = hypotheses(
+            run("fairseq-generate", tiny_run / "bin", "--user-dir", "cmlm_plugin",
+                "--task", "translation_lev", "--path", theirs, *DECODE,
+                "--iter-decode-max-iter", passes - 1, "--iter-decode-force-max-iter")  # fmt: skip
+        )
+        our_out = hypotheses(
+            run("fairseq-generate", tiny_run / "bin", "--user-dir", "cmlm_plugin",
+                "--task", "cmlm", "--path", ours, *DECODE, "--iter-decode-max-iter", passes)  # fmt: skip
+        )
+        assert len(fairseq_out) == N_TEST
+        assert our_out == fairseq_out, f"T={passes}"
+        outputs[passes] = our_out
+    # the comparison has teeth: refinement changed some outputs of this model
+    assert outputs[1] != outputs[4]
+
+
+def test_cmlm_table_runs_every_system(tiny_run, fairseq_cmlm, tmp_path):
+    theirs, ours = fairseq_cmlm
+    report, table = tmp_path / "table.json", tmp_path / "table.md"
+    out = run(
+        "cmlm-table", tiny_run / "bin", "--cmlm", f"converted={ours}",
+        "--fairseq-cmlm", f"fairseq={theirs}",
+        "--iters", "1,3", "--length-beams", "1,2", "--tokenized-bleu", "--pair", "wmt14-en-de",
+        "--cpu", "--json", report, "--markdown", table, "--plot", tmp_path / "table.png",
+    )  # fmt: skip
+    rows = json.loads(report.read_text())
+    assert len(rows) == 2 * 2 * 2
+    assert all(r["sentences"] == N_TEST and r["sentences_per_s"] > 0 for r in rows)
+    single = [r for r in rows if r["T"] == 1]
+    assert all(r["passes"] == 1.0 for r in single)
+    assert all(1.0 <= r["passes"] <= 3.0 for r in rows if r["T"] == 3)
+    # fairseq's generator and ours on the same weights agree at l=1 (passes mapped T-1)
+    by = {(r["label"], r["T"], r["l"]): r for r in rows}
+    assert by["converted", 1, 1]["sacrebleu"] == by["fairseq", 1, 1]["sacrebleu"]
+    assert "sacreBLEU signature: nrefs:1" in out
+    assert table.read_text().count("\n| ") == len(rows) + 1  # header and one line per cell
+    assert (tmp_path / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_distill_replaces_training_targets_with_the_teachers(tiny_run, tmp_path):
+    teacher = tmp_path / "ar"
+    run(
+        "fairseq-train", tiny_run / "bin", "--user-dir", "cmlm_plugin", "--task", "translation",
+        "--arch", "transformer", "--criterion", "cross_entropy", "--max-update", "60",
+        "--save-dir", teacher, *TINY,
+    )  # fmt: skip
+    data = tmp_path / "data"
+    shutil.copytree(tiny_run / "bin", data / "bin")
+    out = run(
+        "bash", ROOT / "examples/translation/distill.sh", data, teacher / "checkpoint_last.pt",
+        env={"BEAM": "2"},
+    )  # fmt: skip
+    distilled = tmp_path / "data-distill"
+    sources = (distilled / "text/train.src").read_text().splitlines()
+    targets = (distilled / "text/train.tgt").read_text().splitlines()
+    originals = dict(zip((tiny_run / "raw/train.src").read_text().splitlines(),
+                         (tiny_run / "raw/train.tgt").read_text().splitlines()))  # fmt: skip
+    assert "distilled pairs" in out and len(sources) == len(targets) >= 290
+    assert set(sources) <= set(originals)  # the sources are the training sources
+    assert any(originals[s] != t for s, t in zip(sources, targets))  # the teacher's targets
+    for split in ("valid", "test"):
+        assert (distilled / f"bin/{split}.src-tgt.src.bin").exists()
+    run(
+        "fairseq-train", distilled / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
+        "--arch", "cmlm_plugin_tiny", "--criterion", "cmlm_plugin_loss", "--optimizer", "adam",
+        "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--cpu",
+        "--save-dir", tmp_path / "student", "--no-save",
+    )  # fmt: skip
