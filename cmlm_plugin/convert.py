@@ -65,7 +65,7 @@ def from_fairseq_cmlm(state: Dict[str, Tensor], vocab_size: int, unk: int) -> Tu
     if "decoder.embed_length.weight" not in state:
         raise CMLMPluginError(
             "the checkpoint has no decoder.embed_length: it is not a fairseq "
-            "cmlm_transformer (use `cmlm-convert mask-predict` for the original code's models)"
+            "cmlm_transformer (use 'cmlm-convert mask-predict' for the original code's models)"
         )
     words = state["encoder.embed_tokens.weight"].size(0)
     if words not in (vocab_size - 1, vocab_size):
@@ -109,7 +109,7 @@ def _check_mask_predict(state: Dict[str, Tensor]) -> None:
     if "encoder.embed_lengths.weight" not in state:
         raise CMLMPluginError(
             "the checkpoint has no encoder.embed_lengths: it is not an original "
-            "Mask-Predict model (use `cmlm-convert fairseq-cmlm` for fairseq's cmlm_transformer)"
+            "Mask-Predict model (use 'cmlm-convert fairseq-cmlm' for fairseq's cmlm_transformer)"
         )
     missing = [key for key in _MP_REQUIRED if key not in state]
     if missing:

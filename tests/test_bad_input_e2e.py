@@ -211,11 +211,31 @@ def test_nonfinite_logits_message_is_the_readme_one():
     assert_matches_readme("nan-logits", one_line(info.value))
 
 
+def test_convert_wrong_source(odd, tmp_path):
+    line = fails(
+        "cmlm-convert", "fairseq-cmlm", odd["checkpoint"], tmp_path / "out.pt",
+        "--data", odd["run"] / "bin",
+    )  # fmt: skip
+    assert_matches_readme("convert-wrong-source", line)
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_average_too_few(odd, tmp_path):
+    shutil.copy(odd["checkpoint"], tmp_path / "checkpoint1.pt")
+    line = fails(
+        "cmlm-average-checkpoints", "--inputs", tmp_path, "--num-last", 3,
+        "--output", tmp_path / "avg.pt",
+    )  # fmt: skip
+    assert_matches_readme("average-too-few", line)
+    assert not (tmp_path / "avg.pt").exists()
+
+
 def test_readme_lists_every_case():
     cases = set(readme_cases())
     tested = set(GENERATION_FLAG_CASES) | {
         "empty-source", "unknown-source", "too-long", "wrong-model", "corrupt-checkpoint",
         "unsafe-checkpoint", "vocabulary-mismatch", "split-dictionaries", "user-dir-missing",
         "user-dir-old-copy", "bad-template", "nan-logits", "length-out-of-range", "no-mask",
+        "convert-wrong-source", "average-too-few",
     }  # fmt: skip
     assert cases == tested

@@ -9,6 +9,7 @@ passes) the converted model must give fairseq's outputs token for token.
 
 import json
 import shutil
+import sys
 
 import pytest
 from cli import hypotheses, run
@@ -88,18 +89,23 @@ def test_cmlm_table_runs_every_system(tiny_run, fairseq_cmlm, tmp_path):
     assert (tmp_path / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_distill_replaces_training_targets_with_the_teachers(tiny_run, tmp_path):
-    teacher = tmp_path / "ar"
+@pytest.fixture(scope="module")
+def autoregressive(tiny_run):
+    """fairseq's own transformer trained 60 updates on the toy data."""
+    save = tiny_run / "ar"
     run(
         "fairseq-train", tiny_run / "bin", "--user-dir", "cmlm_plugin", "--task", "translation",
         "--arch", "transformer", "--criterion", "cross_entropy", "--max-update", "60",
-        "--save-dir", teacher, *TINY,
+        "--save-dir", save, *TINY,
     )  # fmt: skip
+    return save / "checkpoint_last.pt"
+
+
+def test_distill_replaces_training_targets_with_the_teachers(tiny_run, autoregressive, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(tiny_run / "bin", data / "bin")
     out = run(
-        "bash", ROOT / "examples/translation/distill.sh", data, teacher / "checkpoint_last.pt",
-        env={"BEAM": "2"},
+        "bash", ROOT / "examples/translation/distill.sh", data, autoregressive, env={"BEAM": "2"}
     )  # fmt: skip
     distilled = tmp_path / "data-distill"
     sources = (distilled / "text/train.src").read_text().splitlines()
@@ -117,3 +123,23 @@ def test_distill_replaces_training_targets_with_the_teachers(tiny_run, tmp_path)
         "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--cpu",
         "--save-dir", tmp_path / "student", "--no-save",
     )  # fmt: skip
+
+
+def test_decode_speed_benchmark_runs_side_by_side(tiny_run, fairseq_cmlm, autoregressive, tmp_path):
+    theirs, ours = fairseq_cmlm
+    run(
+        sys.executable, ROOT / "benchmarks/decode_speed.py", tiny_run / "bin", "--ours", ours,
+        "--fairseq-cmlm", theirs, "--ar", autoregressive, "--configs", "1x1,3x2", "--beams", "2",
+        "--batch-sizes", "1,8", "--sentences", "6,20", "--repeats", "1", "--lengths", "4,8",
+        "--length-sentences", "2", "--cpu", "--out", tmp_path,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "decode_speed.json").read_text())
+    rows = {(r["system"], r["batch"]): r for r in report["rows"]}
+    assert len(rows) == 2 * (2 * 2 + 1)
+    # identical weights and, at l=1, identical algorithm: identical BLEU
+    assert rows["ours T=1 l=1", 8]["bleu"] == rows["fairseq T=1 l=1", 8]["bleu"]
+    assert 1.0 <= rows["fairseq T=3 l=2", 8]["passes_per_sentence"] <= 3.0
+    assert all(r["sentences"] == (6 if r["batch"] == 1 else 20) for r in report["rows"])
+    assert any("ours / fairseq's generator" in line for line in report["ratios"])
+    assert {r["length"] for r in report["length_scaling"]} == {4, 8}
+    assert (tmp_path / "decode_speed.png").read_bytes()[:4] == b"\x89PNG"
