@@ -162,19 +162,24 @@ class LengthBeamGenerator:
         banned = torch.tensor(self.banned, device=device)
         nonfinite = torch.zeros(num_candidates, dtype=torch.bool, device=device)  # N
 
-        def logits_fn(tokens: Tensor, rows) -> Tensor:
-            """n x L tokens of candidates ``rows`` (all when None) -> n x L x V logits."""
+        def logits_fn(tokens: Tensor, rows, where=None) -> Tensor:
+            """n x L tokens of candidates ``rows`` (all when None) -> n x L x V logits,
+            or M x V at the M positions where the n x L bool ``where`` is True."""
             seen = slice(None) if rows is None else rows
             if guided:  # candidates_out holds the N conditional rows, then the N others
                 rows = None if rows is None else torch.cat([rows, rows + num_candidates])  # 2n
                 tokens = torch.cat([tokens, tokens])  # 2n x L
+                where = None if where is None else torch.cat([where, where])  # 2n x L
             enc = (
                 candidates_out
                 if rows is None
                 else model.encoder.reorder_encoder_out(candidates_out, rows)
             )
-            logits = model.decoder_logits(tokens, enc).float()  # n x L x V (2n guided)
-            bad = ~torch.isfinite(logits).flatten(1).all(dim=1)  # n (2n guided), no sync
+            logits = model.decoder_logits(tokens, enc, where).float()  # n x L x V, or M x V
+            finite = torch.isfinite(logits).all(dim=-1)  # n x L, or M
+            if where is not None:
+                finite = torch.ones_like(where).masked_scatter(where, finite)  # n x L
+            bad = ~finite.all(dim=1)  # n (2n guided), no sync
             nonfinite[seen] |= bad.view(2, -1).any(dim=0) if guided else bad
             if guided:
                 cond, uncond = logits.chunk(2)
@@ -292,6 +297,7 @@ class MaskPredictGenerator(LengthBeamGenerator):
             self.max_iter,
             self.mask,
             self.pad,
+            sparse_step=True,
             force_max_iter=self.force_max_iter,
             retain_history=self.retain_history,
             template=template,

@@ -239,3 +239,33 @@ def test_decoding_core_imports_no_fairseq():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    st.integers(1, 6),
+    st.sampled_from(["max_prob", "neg_entropy", "consistency"]),
+    st.booleans(),
+)
+def test_sparse_step_gives_the_dense_result(lengths, passes, confidence, force):
+    """Projecting only the re-predicted positions changes nothing but the work."""
+    lengths = torch.tensor(lengths)
+    width = int(lengths.max())
+    dense_model, sparse_model = FakeModel(len(lengths), width), FakeModel(len(lengths), width)
+    asked = []
+
+    def sparse(tokens, rows, where):
+        asked.append(int(where.sum()))
+        return sparse_model(tokens, rows)[where]  # M x V
+
+    kwargs = dict(force_max_iter=force, confidence=confidence, retain_history=True)
+    dense = mask_predict(dense_model, lengths, passes, MASK, PAD, **kwargs)
+    result = mask_predict(sparse, lengths, passes, MASK, PAD, sparse_step=True, **kwargs)
+    for field in ("tokens", "token_logprobs", "scores", "steps"):
+        assert torch.equal(getattr(dense, field), getattr(result, field)), field
+    assert all(torch.equal(a, b) for a, b in zip(dense.history, result.history))
+    # pass 1 asks for every position, later passes only for the re-masked ones
+    assert asked[0] == int(lengths.sum())
+    inputs = [tokens for tokens, _ in sparse_model.calls[1:]]
+    assert asked[1:] == [int(t.eq(MASK).sum()) for t in inputs]

@@ -33,7 +33,10 @@ from .schedules import remask_count
 
 # step(tokens, rows) -> log-probs: tokens is n x L (the rows ``rows`` of the
 # batch, or all N rows when rows is None); returns n x L x V log-probabilities.
-StepFn = Callable[[Tensor, Optional[Tensor]], Tensor]
+# With ``sparse_step``, step(tokens, rows, where) returns M x V log-probabilities for
+# the M positions where the n x L bool ``where`` is True (row-major order) only:
+# the positions this pass re-predicts, so the output projection skips the others.
+StepFn = Callable[..., Tensor]
 
 
 class MaskPredictResult(NamedTuple):
@@ -58,6 +61,7 @@ def mask_predict(
     calibration_temperature: float = 1.0,
     monotone: bool = False,
     template: Optional[Tensor] = None,
+    sparse_step: bool = False,
 ) -> MaskPredictResult:
     """Decode ``N`` target sequences of the given lengths with Mask-Predict.
 
@@ -75,6 +79,8 @@ def mask_predict(
         monotone: never re-mask a token that survived a re-masking round.
         template: ``N x L`` tokens with ``<mask>`` at the positions to generate and
             pad after each row's length; ``lengths`` must then match it.
+        sparse_step: call ``step(tokens, rows, where)`` for the re-predicted
+            positions only (same results, less output-projection work).
     """
     if num_passes < 1:
         raise ValueError(f"num_passes (T) must be >= 1, got {num_passes}")
@@ -93,13 +99,19 @@ def mask_predict(
     free = tokens.eq(mask_idx)  # N x L, positions to generate
     num_free = free.sum(dim=1)  # N
 
-    def predict(masked_input: Tensor, rows: Optional[Tensor]):
-        logprobs = step(masked_input, rows).float()  # n x L x V
-        best_lp, best = logprobs.max(dim=-1)  # n x L each
-        conf = position_confidence(logprobs, best, confidence, calibration_temperature)
-        return best, best_lp, conf
+    def predict(masked_input: Tensor, rows: Optional[Tensor], where: Tensor):
+        """Token, log-prob and confidence, n x L each, valid where ``where`` is True."""
+        if sparse_step:
+            logprobs = step(masked_input, rows, where).float()  # M x V
+        else:
+            logprobs = step(masked_input, rows).float()[where]  # M x V
+        best_lp, best = logprobs.max(dim=-1)  # M each
+        conf = position_confidence(logprobs, best, confidence, calibration_temperature)  # M
+        out_tokens = masked_input.masked_scatter(where, best)  # n x L
+        out_lp = torch.zeros_like(where, dtype=best_lp.dtype).masked_scatter(where, best_lp)
+        return out_tokens, out_lp, out_lp.new_zeros(where.shape).masked_scatter(where, conf)
 
-    tokens_pred, token_logprobs, conf = predict(tokens, None)
+    tokens_pred, token_logprobs, conf = predict(tokens, None, free)
     tokens = torch.where(free, tokens_pred, tokens)  # N x L, given tokens and pad kept
     token_logprobs = token_logprobs.masked_fill(~free, 0.0)  # N x L
     streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
@@ -123,7 +135,9 @@ def mask_predict(
         sub_tokens, sub_lp, sub_conf = take(tokens), take(token_logprobs), take(conf)
         sub_streak, sub_candidates = take(streak), take(candidates)
         remask = select_lowest(sub_conf + sub_streak, take(counts), sub_candidates)  # n x L
-        new_tokens, new_lp, new_conf = predict(sub_tokens.masked_fill(remask, mask_idx), rows)
+        new_tokens, new_lp, new_conf = predict(
+            sub_tokens.masked_fill(remask, mask_idx), rows, remask
+        )  # n x L each, new values where remask
         same = remask & new_tokens.eq(sub_tokens)  # n x L
         if confidence == "consistency":
             sub_streak = torch.where(remask, (sub_streak + 1) * same, sub_streak)

@@ -150,10 +150,18 @@ class CMLMPluginModel(TransformerModel):
             "class_lengths": self.length_head.class_lengths(source_lengths),
         }
 
-    def decoder_logits(self, tokens: Tensor, encoder_out: Dict) -> Tensor:
-        """One decoding step: ``N x L`` tokens (with ``<mask>``) -> ``N x L x V`` logits."""
-        logits, _ = self.decoder(tokens, encoder_out=encoder_out)
-        return logits
+    def decoder_logits(
+        self, tokens: Tensor, encoder_out: Dict, where: Optional[Tensor] = None
+    ) -> Tensor:
+        """One decoding step: ``N x L`` tokens (with ``<mask>``) -> ``N x L x V`` logits.
+
+        With ``where`` (``N x L`` bool) only the ``M`` positions it marks are projected
+        onto the vocabulary: ``M x V`` logits (fixed tokens need no new distribution).
+        """
+        features, _ = self.decoder(tokens, encoder_out=encoder_out, features_only=True)
+        if where is not None:
+            features = features[where]  # M x C
+        return self.decoder.output_layer(features)  # N x L x V, or M x V
 
     def forward(
         self,
