@@ -286,6 +286,11 @@ class MaskPredictGenerator(LengthBeamGenerator):
         super().__init__(tgt_dict, max_iter, beam_size, retain_history)
         self.force_max_iter = force_max_iter
         self.variants = variants  # schedule, ratio, confidence, ... of mask_predict
+        if variants.get("prune_after", 0) < 0 or variants.get("prune_keep", 1) < 1:
+            raise CMLMPluginError(
+                "--length-prune-after must be >= 0 and --length-prune-keep >= 1, got "
+                f"{variants.get('prune_after')} and {variants.get('prune_keep')}"
+            )
         self.normalize_before_ban = True  # logits_fn returns log-probabilities
 
     def decode(self, logits_fn, lengths, template=None):
@@ -417,6 +422,9 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
             confidence=task_cfg.remask_confidence,
             calibration_temperature=task_cfg.calibration_temperature,
             monotone=task_cfg.monotone,
+            prune_after=task_cfg.length_prune_after,
+            prune_keep=task_cfg.length_prune_keep,
+            beam=beam,
         )
     generator.source_symbols = (src_dict.pad(), src_dict.eos())
     if models:

@@ -135,3 +135,33 @@ def test_template_tokens_never_change_and_counts_follow_the_masks(lengths, passe
     n_free = free.sum(1)
     for t, (tokens, _) in enumerate(model.calls[1:], start=1):
         assert torch.equal(tokens.eq(MASK).sum(1), n_free * (passes - t) // passes)
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_length_pruning_continues_only_the_best_candidates(force):
+    lengths = torch.tensor([6, 4, 8, 5, 5, 7])  # 2 sentences x 3 length candidates
+    full = mask_predict(FakeModel(6, 8, seed=5), lengths, 5, MASK, PAD, force_max_iter=force)
+    after_one = mask_predict(FakeModel(6, 8, seed=5), lengths, 1, MASK, PAD)
+    model = FakeModel(6, 8, seed=5)
+    pruned = mask_predict(
+        model, lengths, 5, MASK, PAD, force_max_iter=force, prune_after=1, prune_keep=1, beam=3
+    )
+    best_after_one = after_one.scores.view(2, 3).argmax(dim=1) + torch.tensor([0, 3])  # (2,)
+    kept = torch.zeros(6, dtype=torch.bool)
+    kept[best_after_one] = True
+    assert torch.isinf(pruned.scores[~kept]).all() and torch.isfinite(pruned.scores[kept]).all()
+    # the kept candidates decode exactly as without pruning (rows are independent here)
+    assert torch.equal(pruned.tokens[kept], full.tokens[kept])
+    assert torch.equal(pruned.scores[kept], full.scores[kept])
+    # after pass 1 the model sees only the kept rows
+    for _, rows in model.calls[1:]:
+        assert rows is not None and set(rows.tolist()) <= set(best_after_one.tolist())
+
+
+def test_length_pruning_that_keeps_every_candidate_changes_nothing():
+    lengths = torch.tensor([6, 4, 8, 5])
+    plain = mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD)
+    same = mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD, prune_after=2, prune_keep=2, beam=2)
+    assert torch.equal(plain.tokens, same.tokens) and torch.equal(plain.scores, same.scores)
+    with pytest.raises(ValueError, match="prune_keep"):
+        mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD, prune_after=1, prune_keep=0, beam=2)

@@ -92,6 +92,18 @@ class CMLMConfig(TranslationConfig):
         default=False,
         metadata={"help": "mask_predict: never re-mask a token that survived a re-masking round"},
     )
+    length_prune_after: int = field(
+        default=0,
+        metadata={
+            "help": "mask_predict: after this many passes keep only the best "
+            "--length-prune-keep length candidates by mean log-probability (0: never; "
+            "not in the paper: faster at l > 1, may cost BLEU)"
+        },
+    )
+    length_prune_keep: int = field(
+        default=1,
+        metadata={"help": "mask_predict: length candidates kept by --length-prune-after"},
+    )
     diffusion_steps: int = field(
         default=0,
         metadata={"help": "diffusion: total sampling steps S (0: --iter-decode-max-iter)"},
