@@ -78,20 +78,21 @@ set -euo pipefail
 OUT=${1:-work/wmt17-en-zh}
 SRC=en
 TGT=zh
-SPM_VOCAB=${SPM_VOCAB:-32000}
-SPM_TYPE=${SPM_TYPE:-bpe}
 SPM_COVERAGE=${SPM_COVERAGE:-0.9995}
-SPM_SAMPLE=${SPM_SAMPLE:-1000000}
-MAX_LEN=${MAX_LEN:-250}
-RATIO=${RATIO:-1.5}
-WORKERS=${WORKERS:-$(nproc)}
-ARCHIVES=${WMT17_DIR:-}
 CORPORA=${ZH_CORPORA_DIR:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
-ORIG=$OUT/orig
-X=$ORIG/extracted
-RAW=$OUT/raw
-SPM=$OUT/spm
+# settings, folders, fetch (archives from WMT17_DIR), find_one, tools, sgm_text, spm_binarize
+# shellcheck source=wmt-common.sh source-path=SCRIPTDIR disable=SC1091  # followed with -x
+. "$HERE/wmt-common.sh" WMT17_DIR
+
+# This recipe's sentencepiece model (see the header): character coverage SPM_COVERAGE and
+# normalisation "identity", where wmt-common.sh's spm_train keeps 1.0 and NFKC.
+spm_train() {
+  tools spm-train --model-prefix "$1" --input "${@:2}" --vocab-size "$SPM_VOCAB" \
+    --model-type "$SPM_TYPE" --character-coverage "$SPM_COVERAGE" --normalization identity \
+    --threads "$WORKERS"
+}
+spm_about+=", coverage $SPM_COVERAGE"
 
 extra=()
 if [ -z "$CORPORA" ]; then
@@ -115,126 +116,6 @@ else
 fi
 mkdir -p "$ORIG" "$X" "$RAW" "$SPM"
 
-# Line tools (as in prepare-wmt14-en-de.sh). Files are read with newline="\n" so that a
-# stray carriage return never splits a line; more than 1% of pairs with undecodable
-# bytes stops the script (a corpus in GB2312/GBK rather than UTF-8).
-PYTOOLS=$(cat <<'PY'
-import itertools, re, sys
-
-ODD = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
-
-def clean(line):
-    return " ".join(ODD.sub(" ", line).split())
-
-def read(path):
-    return open(path, encoding="utf-8", errors="replace", newline="\n")
-
-def pairs(src, tgt, out, *prefixes):
-    total = kept = 0
-    with open(f"{out}.{src}", "w", encoding="utf-8") as fs, open(f"{out}.{tgt}", "w", encoding="utf-8") as ft:
-        for prefix in prefixes:
-            n = bad = 0
-            with read(f"{prefix}.{src}") as a, read(f"{prefix}.{tgt}") as b:
-                for x, y in itertools.zip_longest(a, b):
-                    if x is None or y is None:
-                        sys.exit(f"error: {prefix}.{src} and {prefix}.{tgt} have different line counts")
-                    n += 1
-                    bad += "\ufffd" in x or "\ufffd" in y
-                    x, y = clean(x), clean(y)
-                    if x and y:
-                        fs.write(x + "\n")
-                        ft.write(y + "\n")
-                        kept += 1
-            print(f"{prefix}: {n} pairs", file=sys.stderr)
-            if bad > n / 100:
-                sys.exit(f"error: {bad} of {n} pairs of {prefix} hold bytes that are not UTF-8: convert it (iconv)")
-            total += n
-    print(f"{out}: {kept} of {total} pairs kept (both sides non-empty)", file=sys.stderr)
-    if kept == 0:
-        sys.exit("error: no training pair left")
-
-def sgm(inp, out):
-    seg = re.compile(r"<seg[^>]*>(.*)</seg>")
-    n = 0
-    with read(inp) as f, open(out, "w", encoding="utf-8") as g:
-        for line in f:
-            m = seg.search(line)
-            if m:
-                g.write(clean(m.group(1)) + "\n")
-                n += 1
-    print(f"{out}: {n} segments from {inp}", file=sys.stderr)
-
-def lenfilter(src, tgt, inp, out, max_len, ratio):
-    max_len, ratio = int(max_len), float(ratio)
-    total = kept = 0
-    with read(f"{inp}.{src}") as a, read(f"{inp}.{tgt}") as b, \
-            open(f"{out}.{src}", "w", encoding="utf-8") as fs, open(f"{out}.{tgt}", "w", encoding="utf-8") as ft:
-        for x, y in zip(a, b):
-            total += 1
-            n, m = len(x.split()), len(y.split())
-            if 1 <= n <= max_len and 1 <= m <= max_len and n <= ratio * m and m <= ratio * n:
-                fs.write(x)
-                ft.write(y)
-                kept += 1
-    print(f"{out}: {kept} of {total} pairs kept (1..{max_len} pieces, ratio <= {ratio})", file=sys.stderr)
-    if kept == 0:
-        sys.exit("error: the length filter kept no training pair")
-
-def spm_train(prefix, vocab, model_type, coverage, threads, *inputs):
-    import sentencepiece as spm
-    spm.SentencePieceTrainer.train(
-        input=",".join(inputs), model_prefix=prefix, vocab_size=int(vocab),
-        model_type=model_type, character_coverage=float(coverage),
-        normalization_rule_name="identity", num_threads=int(threads),
-        bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, user_defined_symbols=["<mask>"],
-    )
-
-{"pairs": pairs, "sgm": sgm, "lenfilter": lenfilter, "spm_train": spm_train}[sys.argv[1]](*sys.argv[2:])
-PY
-)
-tools() { python -c "$PYTOOLS" "$@"; }
-
-# fetch URL NAME: prints the archive's path; from ARCHIVES when set.
-fetch() {
-  local url=$1 name=$2
-  if [ -n "$ARCHIVES" ]; then
-    if [ -f "$ARCHIVES/$name" ]; then echo "$ARCHIVES/$name"; return; fi
-    echo "error: $ARCHIVES/$name not found (WMT17_DIR must hold it; it comes from $url)" >&2
-    return 1
-  fi
-  if [ ! -s "$ORIG/$name" ]; then
-    echo "downloading $url" >&2
-    curl -fL --retry 3 -o "$ORIG/$name.part" "$url"
-    mv "$ORIG/$name.part" "$ORIG/$name"
-  fi
-  echo "$ORIG/$name"
-}
-
-# find_one NAME: the single extracted file called NAME.
-find_one() {
-  local hits
-  hits=$(find "$X" -type f -name "$1")
-  if [ -z "$hits" ] || [ "$(printf '%s\n' "$hits" | wc -l)" -ne 1 ]; then
-    echo "error: expected one file named $1 under $X, found: ${hits:-none}" >&2
-    return 1
-  fi
-  echo "$hits"
-}
-
-# encode MODEL IN OUT: sentencepiece pieces, WORKERS processes on line-aligned chunks.
-encode() {
-  local model=$1 in=$2 out=$3 parts f pids=()
-  parts=$(mktemp -d "$SPM/parts.XXXXXX")
-  split -n "l/$WORKERS" -d -a 4 "$in" "$parts/in."
-  for f in "$parts"/in.*; do
-    python "$HERE/sentencepiece_bpe.py" encode --model "$model" < "$f" > "$parts/out.${f##*/in.}" &
-    pids+=("$!")
-  done
-  for f in "${pids[@]}"; do wait "$f"; done
-  cat "$parts"/out.* > "$out"
-  rm -rf "$parts"
-}
-
 wmt17=https://data.statmt.org/wmt17/translation-task
 nc=$(fetch $wmt17/training-parallel-nc-v12.tgz training-parallel-nc-v12.tgz)
 dev=$(fetch $wmt17/dev.tgz dev.tgz)
@@ -247,39 +128,12 @@ tar -xzf "$test" -C "$X" --wildcards '*newstest2017-enzh-src.en.sgm' '*newstest2
   '*newstest2017-zhen-src.zh.sgm' '*newstest2017-zhen-ref.en.sgm'
 
 nc_en=$(find_one news-commentary-v12.zh-en.en)
-tools pairs "$SRC" "$TGT" "$RAW/train" "${nc_en%.en}" ${extra[@]+"${extra[@]}"}
-for spec in valid.en:newsdev2017-enzh-src.en.sgm valid.zh:newsdev2017-enzh-ref.zh.sgm \
-    test.en:newstest2017-enzh-src.en.sgm test.zh:newstest2017-enzh-ref.zh.sgm \
-    test1.en:newstest2017-zhen-ref.en.sgm test1.zh:newstest2017-zhen-src.zh.sgm; do
-  f=$(find_one "${spec#*:}")
-  tools sgm "$f" "$RAW/${spec%%:*}"
-done
+tools pairs --per-corpus "$SRC" "$TGT" "$RAW/train" "${nc_en%.en}" ${extra[@]+"${extra[@]}"}
+sgm_text valid.en:newsdev2017-enzh-src.en.sgm valid.zh:newsdev2017-enzh-ref.zh.sgm \
+  test.en:newstest2017-enzh-src.en.sgm test.zh:newstest2017-enzh-ref.zh.sgm \
+  test1.en:newstest2017-zhen-ref.en.sgm test1.zh:newstest2017-zhen-src.zh.sgm
 wc -l "$RAW"/*."$SRC"
 
-lines=$(wc -l < "$RAW/train.$SRC")
-step=$(( lines / SPM_SAMPLE ))
-[ "$step" -ge 1 ] || step=1
-for lang in "$SRC" "$TGT"; do
-  awk -v k="$step" 'NR % k == 0' "$RAW/train.$lang" > "$SPM/sample.$lang"
-done
-echo "learning a joint sentencepiece model ($SPM_TYPE, $SPM_VOCAB pieces, coverage $SPM_COVERAGE) on 1 in $step training pairs"
-tools spm_train "$SPM/spm" "$SPM_VOCAB" "$SPM_TYPE" "$SPM_COVERAGE" "$WORKERS" \
-  "$SPM/sample.$SRC" "$SPM/sample.$TGT" > "$SPM/train.log" 2>&1 \
-  || { tail -n 20 "$SPM/train.log" >&2; exit 1; }
-
-echo "encoding with $WORKERS processes"
-for lang in "$SRC" "$TGT"; do
-  encode "$SPM/spm.model" "$RAW/train.$lang" "$SPM/train.all.$lang"
-  for split in valid test test1; do
-    encode "$SPM/spm.model" "$RAW/$split.$lang" "$SPM/$split.$lang"
-  done
-done
-tools lenfilter "$SRC" "$TGT" "$SPM/train.all" "$SPM/train" "$MAX_LEN" "$RATIO"
-rm -f "$SPM/train.all.$SRC" "$SPM/train.all.$TGT" "$SPM/sample.$SRC" "$SPM/sample.$TGT"
-
-rm -rf "${OUT:?}/bin"  # fairseq-preprocess refuses to overwrite a dictionary
-fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" \
-  --trainpref "$SPM/train" --validpref "$SPM/valid" --testpref "$SPM/test,$SPM/test1" \
-  --destdir "$OUT/bin" --joined-dictionary --workers "$WORKERS"
+spm_binarize valid test test1
 echo "binarized data in $OUT/bin (sentencepiece model: $SPM/spm.model; references: $RAW/test.$TGT, $RAW/test1.$SRC)"
 echo "the archives and extracted files in $ORIG are no longer needed"
