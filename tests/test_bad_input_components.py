@@ -43,8 +43,8 @@ def test_nonfinite_logits_are_refused_naming_the_sentences(tiny, bad):
     task, model, _ = tiny
     original = model.decoder_logits
 
-    def overflowing(tokens, encoder_out):
-        logits = original(tokens, encoder_out)  # n x L x V
+    def overflowing(tokens, encoder_out, where=None):
+        logits = original(tokens, encoder_out, where)  # n x L x V, or M x V
         return logits.index_fill(-1, torch.tensor([7]), bad)
 
     model.decoder_logits = overflowing
