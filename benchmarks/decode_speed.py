@@ -5,7 +5,8 @@ IterativeRefinementGenerator on the same weights, and autoregressive beam search
         --ar AR.pt [--configs 1x1,4x1,10x5] [--beams 1,5] [--batch-sizes 1,128]
         [--sentences 100,256] [--repeats 3] [--threads 2] [--cpu] [--out benchmarks/results]
 
-``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
+A config ``TxLpK`` runs ours only, keeping after K passes the best length candidate
+(``--length-prune-after K --length-prune-keep 1``). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
 as ``--fairseq-cmlm``, so both generators decode identical weights. A config ``TxL`` is
 T decoder passes and L length candidates (fairseq's generator gets
 ``max_iter = T - 1``, its count of passes after the first). Every system decodes the
@@ -113,8 +114,10 @@ def percentile(values, q):
 def build_systems(args, size, count, device):
     systems = []
     for spec in args.configs:
+        spec, _, prune = spec.partition("p")  # TxL, or TxLpK: ours prunes to 1 after K passes
         passes, beam = (int(v) for v in spec.split("x"))
-        for kind, path in (("ours", args.ours), ("fairseq", args.fairseq_cmlm)):
+        kinds = (("ours", args.ours), ("fairseq", args.fairseq_cmlm))
+        for kind, path in kinds[:1] if prune else kinds:
             model, task = load(path, args.data)
             model.to(device)
             if kind == "ours":
@@ -122,9 +125,11 @@ def build_systems(args, size, count, device):
             else:  # fairseq runs max_iter + 1 passes
                 cfg = generation_config(iter_decode_max_iter=passes - 1, iter_decode_with_beam=beam)
             generator = task.build_generator([model], cfg)
+            if prune:  # --length-prune-after K --length-prune-keep 1
+                generator.variants.update(prune_after=int(prune), prune_keep=1)
             samples = batches(task, args.subset, count, size, device)
             offset = 1 if kind == "fairseq" else 0
-            name = f"{kind} T={passes} l={beam}"
+            name = f"{kind} T={passes} l={beam}" + (f" pruned to 1 after {prune}" if prune else "")
             systems.append(System(name, model, task, generator, samples, offset))
     for beam in args.beams:
         model, task = load(args.ar, args.data)
