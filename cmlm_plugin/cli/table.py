@@ -210,14 +210,13 @@ def plot(rows: List[Dict], path: str) -> None:
     for r in rows:
         key = (r["label"], "AR" if r["kind"] == "ar" else f"l={r['l']}")
         groups.setdefault(key, []).append(r)
-    for (label, sub), members in groups.items():
-        name = f"{label} {sub}"
+    for i, ((label, sub), members) in enumerate(groups.items()):
+        name = f"{label} (beams)" if sub == "AR" else f"{label} {sub}"
+        style = dict(color=f"C{i % 10}", label=name)  # one colour per group in both panels
+        xs, ys = [m["sentences_per_s"] for m in members], [m["sacrebleu"] for m in members]
         if members[0]["kind"] != "ar":
-            by_t.plot(
-                [m["T"] for m in members], [m["sacrebleu"] for m in members], "o-", label=name
-            )
-        by_speed.plot([m["sentences_per_s"] for m in members], [m["sacrebleu"] for m in members],
-                      "o-" if members[0]["kind"] != "ar" else "s--", label=name)  # fmt: skip
+            by_t.plot([m["T"] for m in members], ys, "o-", **style)
+        by_speed.plot(xs, ys, "o-" if members[0]["kind"] != "ar" else "s--", **style)
     by_t.set(xlabel="decoder passes T", ylabel="sacreBLEU", xscale="log", title="BLEU vs T")
     by_speed.set(xlabel="sentences / s", ylabel="sacreBLEU", xscale="log", title="BLEU vs speed")
     for ax in (by_t, by_speed):
