@@ -30,12 +30,16 @@ from .errors import CMLMPluginError
 DISABLED = -1.0e4  # length-class bias for classes the source model cannot predict
 
 
-def _with_mask_row(table: Tensor, mask_row: Tensor, size: int) -> Tensor:
-    """``V x C`` table -> ``size x C``, the last row (our ``<mask>``) set to ``mask_row``."""
+def _with_mask_row(table: Tensor, unk: int, mask: int, size: int) -> Tensor:
+    """``V x C`` table -> ``size x C`` with row ``mask`` (our ``<mask>``) a copy of row ``unk``.
+
+    The task appends ``<mask>`` when the dictionary lacks it (then ``V = size - 1``); a
+    dictionary that already holds it (e.g. a sentencepiece user symbol) keeps its index.
+    """
     if table.size(0) == size - 1:
-        table = torch.cat([table, mask_row[None]])  # size x C
+        table = torch.cat([table, table[unk][None]])  # size x C
     out = table.clone()
-    out[-1] = mask_row
+    out[mask] = table[unk]
     return out
 
 
@@ -56,11 +60,13 @@ _VOCAB_TABLES = (
 )
 
 
-def from_fairseq_cmlm(state: Dict[str, Tensor], vocab_size: int, unk: int) -> Tuple[Dict, Dict]:
+def from_fairseq_cmlm(
+    state: Dict[str, Tensor], vocab_size: int, unk: int, mask: int
+) -> Tuple[Dict, Dict]:
     """fairseq ``cmlm_transformer`` weights -> ours (``vocab_size`` counts our ``<mask>``).
 
     ``unk`` is the index of ``<unk>``, fairseq's mask symbol: its embedding becomes
-    the embedding of our ``<mask>`` (the dictionary's last symbol).
+    the embedding of our ``<mask>`` (index ``mask`` in the data's dictionary).
     """
     if "decoder.embed_length.weight" not in state:
         raise CMLMPluginError(
@@ -79,7 +85,7 @@ def from_fairseq_cmlm(state: Dict[str, Tensor], vocab_size: int, unk: int) -> Tu
         if key == "decoder.embed_length.weight":
             continue
         if key in _VOCAB_TABLES:
-            value = _with_mask_row(value, value[unk], vocab_size)  # vocab_size x C
+            value = _with_mask_row(value, unk, mask, vocab_size)  # vocab_size x C
         out[key] = value
     out.update(_shifted_length_head(state["decoder.embed_length.weight"], shift=2))
     return out, {"decoder_frame": "bos-eos", "length_source": "mean-pool"}

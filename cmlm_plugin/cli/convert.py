@@ -107,7 +107,7 @@ def convert_checkpoint(source, path, output, data, source_lang=None, target_lang
     vocab = len(task.target_dictionary)
     if source == "fairseq-cmlm":
         weights, framing = convert.from_fairseq_cmlm(
-            state["model"], vocab, task.target_dictionary.unk()
+            state["model"], vocab, task.target_dictionary.unk(), task.mask_idx
         )
     else:
         weights, framing = convert.from_mask_predict(state["model"], vocab)
