@@ -6,7 +6,8 @@ IterativeRefinementGenerator on the same weights, and autoregressive beam search
         [--sentences 100,256] [--repeats 3] [--threads 2] [--cpu] [--out benchmarks/results]
 
 A config ``TxLpK`` runs ours only, keeping after K passes the best length candidate
-(``--length-prune-after K --length-prune-keep 1``). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
+(``--length-prune-after K --length-prune-keep 1``); a suffix ``:int8`` or ``:modules``
+sets our ``--decoder-impl`` (default ``fast``; fairseq's generator runs once per T x L). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
 as ``--fairseq-cmlm``, so both generators decode identical weights. A config ``TxL`` is
 T decoder passes and L length candidates (fairseq's generator gets
 ``max_iter = T - 1``, its count of passes after the first). Every system decodes the
@@ -113,11 +114,16 @@ def percentile(values, q):
 
 def build_systems(args, size, count, device):
     systems = []
+    fairseq_done = set()
     for spec in args.configs:
+        spec, _, impl = spec.partition(":")  # ...:int8 or ...:modules, our --decoder-impl
         spec, _, prune = spec.partition("p")  # TxL, or TxLpK: ours prunes to 1 after K passes
         passes, beam = (int(v) for v in spec.split("x"))
-        kinds = (("ours", args.ours), ("fairseq", args.fairseq_cmlm))
-        for kind, path in kinds[:1] if prune else kinds:
+        kinds = [("ours", args.ours)]
+        if not prune and (passes, beam) not in fairseq_done:  # fairseq once per T x l
+            kinds.append(("fairseq", args.fairseq_cmlm))
+            fairseq_done.add((passes, beam))
+        for kind, path in kinds:
             model, task = load(path, args.data)
             model.to(device)
             if kind == "ours":
@@ -125,18 +131,25 @@ def build_systems(args, size, count, device):
             else:  # fairseq runs max_iter + 1 passes
                 cfg = generation_config(iter_decode_max_iter=passes - 1, iter_decode_with_beam=beam)
             generator = task.build_generator([model], cfg)
-            if prune:  # --length-prune-after K --length-prune-keep 1
-                generator.variants.update(prune_after=int(prune), prune_keep=1)
+            name = f"{kind} T={passes} l={beam}"
+            if kind == "ours":
+                generator.decoder_impl = impl or "fast"
+                if prune:  # --length-prune-after K --length-prune-keep 1
+                    generator.variants.update(prune_after=int(prune), prune_keep=1)
+                    name += f" pruned to 1 after {prune}"
+                name += f" {impl}" if impl else ""
             samples = batches(task, args.subset, count, size, device)
             offset = 1 if kind == "fairseq" else 0
-            name = f"{kind} T={passes} l={beam}" + (f" pruned to 1 after {prune}" if prune else "")
-            systems.append(System(name, model, task, generator, samples, offset))
+            system = System(name, model, task, generator, samples, offset)
+            system.config = (passes, beam)
+            systems.append(system)
     for beam in args.beams:
         model, task = load(args.ar, args.data)
         model.to(device)
         generator = task.build_generator([model], generation_config(beam=beam))
         samples = batches(task, args.subset, count, size, device)
         systems.append(System(f"AR beam {beam}", model, task, generator, samples))
+        systems[-1].config = None
     return systems
 
 
@@ -170,6 +183,7 @@ def summarise(systems, results, references, size) -> List[Dict]:
         rows.append(
             {
                 "system": system.name,
+                "config": system.config,  # (T, l), None for AR
                 "batch": size,
                 "sentences": count,
                 "repeats": len(entry["seconds"]),
@@ -193,7 +207,8 @@ def ratios(rows) -> List[str]:
     for (name, batch), row in by.items():
         if not name.startswith("ours"):
             continue
-        theirs = by.get((name.replace("ours", "fairseq"), batch))
+        passes, beam = row["config"]
+        theirs = by.get((f"fairseq T={passes} l={beam}", batch))
         if theirs:
             lines.append(
                 f"batch {batch}, {name[5:]}: ours / fairseq's generator = "

@@ -115,6 +115,7 @@ def test_generator_outputs_and_single_encoder_pass(tiny):
     gen = task.build_generator(
         [model], argparse.Namespace(iter_decode_max_iter=4, iter_decode_with_beam=3)
     )
+    gen.decoder_impl = "modules"  # fairseq's encoder module (the fast one: test_fast_decoder)
     calls = []
     original = model.encoder.forward
 
@@ -205,6 +206,7 @@ def test_guided_generation_runs_one_encoder_call_on_both_inputs(data_dir):
     gen = task.build_generator(
         [model], argparse.Namespace(iter_decode_max_iter=3, iter_decode_with_beam=2)
     )
+    gen.decoder_impl = "modules"  # counts calls of fairseq's encoder module
     calls = []
     original = model.encoder.forward
 

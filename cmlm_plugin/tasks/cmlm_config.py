@@ -17,6 +17,7 @@ from ..decoding.schedules import REMASK_SCHEDULES
 
 OBJECTIVES = ChoiceEnum(["cmlm", "diffusion"])
 DECODINGS = ChoiceEnum(["mask_predict", "diffusion"])
+DECODER_IMPLS = ["fast", "int8", "modules"]
 
 
 @dataclass
@@ -103,6 +104,15 @@ class CMLMConfig(TranslationConfig):
     length_prune_keep: int = field(
         default=1,
         metadata={"help": "mask_predict: length candidates kept by --length-prune-after"},
+    )
+    decoder_impl: ChoiceEnum(DECODER_IMPLS) = field(
+        default="fast",
+        metadata={
+            "help": "how decoder passes are computed: fast (cross-attention keys/values "
+            "once per sentence, packed projections; same outputs up to float rounding), "
+            "int8 (fast with int8 dynamically quantized linear layers; CPU only, outputs "
+            "change slightly) or modules (fairseq's module forward, the reference)"
+        },
     )
     diffusion_steps: int = field(
         default=0,
