@@ -12,6 +12,7 @@ import torch
 from tinymodel import sample_for, setup, write_dictionaries
 
 from cmlm_plugin.errors import CMLMPluginError, find_plugin_error, one_line
+from cmlm_plugin.models.fast_decoder import FastDecoder
 from cmlm_plugin.symbols import mask_index
 
 
@@ -38,23 +39,25 @@ def test_empty_source_gets_the_empty_hypothesis_and_the_batch_decodes(tiny):
         assert len(hypos[i][0]["tokens"]) >= 2  # a real output beside it
 
 
+@pytest.mark.parametrize("impl", ["fast", "modules"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_nonfinite_logits_are_refused_naming_the_sentences(tiny, bad):
+def test_nonfinite_logits_are_refused_naming_the_sentences(tiny, bad, impl, monkeypatch):
     task, model, _ = tiny
-    original = model.decoder_logits
+    owner = FastDecoder if impl == "fast" else model  # where the pass's logits come from
+    original = owner.logits if impl == "fast" else model.decoder_logits
 
-    def overflowing(tokens, encoder_out, where=None):
-        logits = original(tokens, encoder_out, where)  # n x L x V, or M x V
-        return logits.index_fill(-1, torch.tensor([7]), bad)
+    def overflowing(*args):  # n x L x V, or M x V
+        return original(*args).index_fill(-1, torch.tensor([7]), bad)
 
-    model.decoder_logits = overflowing
-    try:
-        with pytest.raises(
-            CMLMPluginError, match=r"NaN/inf logits for 2 sentence\(s\) \(ids \[0, 1\]\)"
-        ):
-            generate(task, model, ["w1 w2 w3", "w4 w5"])
-    finally:
-        model.decoder_logits = original
+    monkeypatch.setattr(owner, "logits" if impl == "fast" else "decoder_logits", overflowing)
+    with pytest.raises(
+        CMLMPluginError, match=r"NaN/inf logits for 2 sentence\(s\) \(ids \[0, 1\]\)"
+    ):
+        args = argparse.Namespace(iter_decode_max_iter=4, iter_decode_with_beam=2)
+        generator = task.build_generator([model], args)
+        generator.decoder_impl = impl
+        sample = sample_for(task, ["w1 w2 w3", "w4 w5"], ["w1"] * 2)
+        task.inference_step(generator, [model], sample)
 
 
 def test_finite_logits_pass_the_check(tiny):

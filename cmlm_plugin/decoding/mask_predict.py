@@ -21,6 +21,10 @@ re-masked, n counts them, and the given tokens never change.
 Early exit: once a row's re-mask count is 0 it can no longer change, so it leaves
 the batch (its output is exactly what all T passes give). ``force_max_iter`` keeps
 every row for all T passes.
+
+Host synchronisation: one per pass after the first (the number of rows still active,
+which sizes the next pass), none with ``force_max_iter`` and no pruning; a
+``sparse_step`` caller adds one more (the number of re-predicted positions).
 """
 
 from typing import Callable, List, NamedTuple, Optional
@@ -151,10 +155,11 @@ def mask_predict(
         rows: Optional[Tensor] = None
         if not force_max_iter or done >= prune_after > 0:
             active = ~pruned if force_max_iter else (counts > 0) & ~pruned  # N
-            if not bool(active.any()):
+            live = active.nonzero().squeeze(1)  # n: the pass's one host sync (its size)
+            if live.numel() == 0:
                 break
-            if not bool(active.all()):
-                rows = active.nonzero().squeeze(1)  # n
+            if live.numel() < active.numel():
+                rows = live
 
         def take(x: Tensor) -> Tensor:
             return x if rows is None else x[rows]
