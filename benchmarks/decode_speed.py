@@ -7,7 +7,8 @@ IterativeRefinementGenerator on the same weights, and autoregressive beam search
 
 A config ``TxLpK`` runs ours only, keeping after K passes the best length candidate
 (``--length-prune-after K --length-prune-keep 1``); a suffix ``:int8`` or ``:modules``
-sets our ``--decoder-impl`` (default ``fast``; fairseq's generator runs once per T x L). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
+sets our ``--decoder-impl`` (default ``fast``; fairseq's generator runs once per T x L);
+``TxLs`` adds ``--stop-unchanged`` (ours only). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
 as ``--fairseq-cmlm``, so both generators decode identical weights. A config ``TxL`` is
 T decoder passes and L length candidates (fairseq's generator gets
 ``max_iter = T - 1``, its count of passes after the first). Every system decodes the
@@ -117,10 +118,12 @@ def build_systems(args, size, count, device):
     fairseq_done = set()
     for spec in args.configs:
         spec, _, impl = spec.partition(":")  # ...:int8 or ...:modules, our --decoder-impl
+        stop = spec.endswith("s")  # TxLs: ours with --stop-unchanged
+        spec = spec.rstrip("s")
         spec, _, prune = spec.partition("p")  # TxL, or TxLpK: ours prunes to 1 after K passes
         passes, beam = (int(v) for v in spec.split("x"))
         kinds = [("ours", args.ours)]
-        if not prune and (passes, beam) not in fairseq_done:  # fairseq once per T x l
+        if not prune and not stop and (passes, beam) not in fairseq_done:  # fairseq once per T x l
             kinds.append(("fairseq", args.fairseq_cmlm))
             fairseq_done.add((passes, beam))
         for kind, path in kinds:
@@ -137,6 +140,9 @@ def build_systems(args, size, count, device):
                 if prune:  # --length-prune-after K --length-prune-keep 1
                     generator.variants.update(prune_after=int(prune), prune_keep=1)
                     name += f" pruned to 1 after {prune}"
+                if stop:
+                    generator.variants.update(stop_unchanged=True)
+                    name += " stop-unchanged"
                 name += f" {impl}" if impl else ""
             samples = batches(task, args.subset, count, size, device)
             offset = 1 if kind == "fairseq" else 0

@@ -344,6 +344,11 @@ class MaskPredictGenerator(LengthBeamGenerator):
                 "--length-prune-after must be >= 0 and --length-prune-keep >= 1, got "
                 f"{variants.get('prune_after')} and {variants.get('prune_keep')}"
             )
+        if force_max_iter and variants.get("stop_unchanged"):
+            raise CMLMPluginError(
+                "--stop-unchanged stops sentences early and --iter-decode-force-max-iter "
+                "forbids it: drop one of them"
+            )
         self.normalize_before_ban = True  # logits_fn returns log-probabilities
 
     def decode(self, logits_fn, lengths, template=None):
@@ -477,6 +482,7 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
             monotone=task_cfg.monotone,
             prune_after=task_cfg.length_prune_after,
             prune_keep=task_cfg.length_prune_keep,
+            stop_unchanged=getattr(task_cfg, "stop_unchanged", False),
             beam=beam,
         )
     generator.source_symbols = (src_dict.pad(), src_dict.eos())

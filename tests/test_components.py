@@ -326,3 +326,13 @@ def test_training_noise_depends_on_the_update_seed_and_the_batch_only(tiny):
     assert torch.equal(first, masks([0, 1, 2, 3, 4, 5], seed=11, draws_before=7))
     assert not torch.equal(first, masks([6, 7, 8, 9, 10, 11], seed=11))
     assert not torch.equal(first, masks([0, 1, 2, 3, 4, 5], seed=12))
+
+
+def test_stop_unchanged_reaches_mask_predict_and_refuses_force_max_iter(data_dir):
+    task, model, _ = setup(data_dir, "--stop-unchanged")
+    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=4))
+    assert gen.variants["stop_unchanged"] is True
+    with pytest.raises(ValueError, match="drop one of them"):
+        task.build_generator(
+            [model], argparse.Namespace(iter_decode_max_iter=4, iter_decode_force_max_iter=True)
+        )

@@ -194,3 +194,11 @@ def test_decoder_impl_flag_reaches_the_generator(data_dir):
     assert gen.decoder_impl == "modules"
     task, model = tiny_model(data_dir)
     assert task.build_generator([model], argparse.Namespace()).decoder_impl == "fast"
+
+
+def test_int8_without_torch_quantized_kernels_names_the_fix(monkeypatch):
+    import cmlm_plugin.models.fast_decoder as fast_decoder
+
+    monkeypatch.setattr(fast_decoder, "_LINEAR_INT8", None)
+    with pytest.raises(CMLMPluginError, match="use --decoder-impl fast"):
+        Linear(torch.randn(4, 3), None, int8=True)

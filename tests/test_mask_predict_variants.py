@@ -165,3 +165,44 @@ def test_length_pruning_that_keeps_every_candidate_changes_nothing():
     assert torch.equal(plain.tokens, same.tokens) and torch.equal(plain.scores, same.scores)
     with pytest.raises(ValueError, match="prune_keep"):
         mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD, prune_after=1, prune_keep=0, beam=2)
+
+
+class ConstantModel:
+    """Predicts the same token everywhere, whatever the input: pass 2 changes nothing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, tokens, rows):
+        self.calls += 1
+        logits = torch.zeros(tokens.size(0), tokens.size(1), 8)  # n x L x V
+        logits[..., 5] = 3.0
+        logits[..., [PAD, MASK]] = float("-inf")
+        return torch.log_softmax(logits, dim=-1)
+
+
+def test_stop_unchanged_stops_after_a_pass_that_changes_nothing():
+    lengths = torch.tensor([9, 6])
+    full = mask_predict(ConstantModel(), lengths, 6, MASK, PAD)
+    model = ConstantModel()
+    early = mask_predict(model, lengths, 6, MASK, PAD, stop_unchanged=True)
+    assert full.steps.tolist() == [6, 6] and early.steps.tolist() == [2, 2]
+    assert model.calls == 2  # no third pass for anyone
+    assert torch.equal(early.tokens, full.tokens) and not early.tokens.eq(MASK).any()
+    forced = mask_predict(ConstantModel(), lengths, 6, MASK, PAD, stop_unchanged=True,
+                          force_max_iter=True)  # fmt: skip
+    assert forced.steps.tolist() == [6, 6]
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=5), st.integers(1, 6), st.integers(0, 99))
+def test_stop_unchanged_rows_never_hold_masks_and_stop_no_later(lengths, passes, seed):
+    lengths = torch.tensor(lengths)
+    full = mask_predict(FakeModel(len(lengths), 9, seed=seed), lengths, passes, MASK, PAD)
+    early = mask_predict(
+        FakeModel(len(lengths), 9, seed=seed), lengths, passes, MASK, PAD, stop_unchanged=True
+    )
+    assert not early.tokens.eq(MASK).any()
+    assert torch.equal(early.tokens.ne(PAD).sum(1), lengths)
+    assert (early.steps <= full.steps).all()
+    finished = early.steps.eq(full.steps)  # rows that never settled early decode the same
+    assert torch.equal(early.tokens[finished], full.tokens[finished])

@@ -82,6 +82,7 @@ def mask_predict(
     prune_after: int = 0,
     prune_keep: int = 1,
     beam: int = 1,
+    stop_unchanged: bool = False,
 ) -> MaskPredictResult:
     """Decode ``N`` target sequences of the given lengths with Mask-Predict.
 
@@ -105,6 +106,10 @@ def mask_predict(
             candidates of one sentence; after ``prune_after`` passes (0: never) only
             each group's ``prune_keep`` best by mean log-probability go on, the
             others stop and score -inf (not in the paper; a speed lever).
+        stop_unchanged: a row whose pass re-predicted every re-masked token unchanged
+            stops there (fairseq's adaptive stop; not in the paper, which always runs
+            T passes: later passes re-mask fewer tokens and could still change some).
+            Ignored with ``force_max_iter``. No output holds ``<mask>`` either way.
     """
     if prune_after < 0 or not 1 <= prune_keep:
         raise ValueError(
@@ -148,13 +153,14 @@ def mask_predict(
     history = [tokens.clone()] if retain_history else []
 
     pruned = torch.zeros_like(lengths, dtype=torch.bool)  # N, candidates dropped
+    settled = torch.zeros_like(lengths, dtype=torch.bool)  # N, stopped by stop_unchanged
     for done in range(1, num_passes):
         if done == prune_after and beam > prune_keep:
             pruned = prune_candidates(token_logprobs, num_free, beam, prune_keep)  # N
         counts = remask_count(num_free, num_passes, done, schedule, ratio)  # N
         rows: Optional[Tensor] = None
         if not force_max_iter or done >= prune_after > 0:
-            active = ~pruned if force_max_iter else (counts > 0) & ~pruned  # N
+            active = ~pruned if force_max_iter else (counts > 0) & ~pruned & ~settled  # N
             live = active.nonzero().squeeze(1)  # n: the pass's one host sync (its size)
             if live.numel() == 0:
                 break
@@ -171,6 +177,7 @@ def mask_predict(
             sub_tokens.masked_fill(remask, mask_idx), rows, remask
         )  # n x L each, new values where remask
         same = remask & new_tokens.eq(sub_tokens)  # n x L
+        sub_settled = same.eq(remask).all(dim=1)  # n, nothing re-predicted differently
         if confidence == "consistency":
             sub_streak = torch.where(remask, (sub_streak + 1) * same, sub_streak)
         sub_tokens = torch.where(remask, new_tokens, sub_tokens)
@@ -183,6 +190,8 @@ def mask_predict(
             tokens, token_logprobs, conf = sub_tokens, sub_lp, sub_conf
             streak, candidates = sub_streak, sub_candidates
             steps = steps + 1
+            if stop_unchanged:
+                settled = settled | sub_settled
         else:
             tokens = tokens.index_copy(0, rows, sub_tokens)
             token_logprobs = token_logprobs.index_copy(0, rows, sub_lp)
@@ -190,6 +199,8 @@ def mask_predict(
             streak = streak.index_copy(0, rows, sub_streak)
             candidates = candidates.index_copy(0, rows, sub_candidates)
             steps = steps.index_add(0, rows, torch.ones_like(rows))
+            if stop_unchanged:
+                settled = settled.index_copy(0, rows, settled[rows] | sub_settled)
         if retain_history:
             history.append(tokens.clone())
 

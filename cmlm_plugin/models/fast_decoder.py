@@ -32,6 +32,16 @@ from ..errors import CMLMPluginError
 from .frames import add_frame
 
 
+def _int8_kernel():
+    try:  # the overload itself: skips the Python dispatch of the op packet per call
+        return torch.ops.quantized.linear_dynamic.default
+    except (AttributeError, RuntimeError):  # checked again, with the fix, at build time
+        return None
+
+
+_LINEAR_INT8 = _int8_kernel()
+
+
 class Linear:
     """``x @ W.T + b``, in float or as an int8 dynamically quantized product."""
 
@@ -45,6 +55,8 @@ class Linear:
         zeros = torch.zeros_like(scales, dtype=torch.long)
         bias = None if bias is None else bias.detach().float()
         try:
+            if _LINEAR_INT8 is None:
+                raise AttributeError("torch.ops.quantized.linear_dynamic")
             with warnings.catch_warnings():  # torch 2.13 marks these ops deprecated
                 warnings.simplefilter("ignore", UserWarning)
                 quantized = torch.quantize_per_channel(
@@ -61,7 +73,7 @@ class Linear:
         if not self.int8:
             return F.linear(x, self.weight, self.bias)
         # fbgemm's activations use 7 bits (reduce_range), as torch's default qconfig on x86
-        return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self.packed, True)
+        return _LINEAR_INT8(x.float().contiguous(), self.packed, True)
 
 
 def _linear(module, int8: bool) -> Linear:

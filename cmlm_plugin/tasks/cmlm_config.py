@@ -105,6 +105,14 @@ class CMLMConfig(TranslationConfig):
         default=1,
         metadata={"help": "mask_predict: length candidates kept by --length-prune-after"},
     )
+    stop_unchanged: bool = field(
+        default=False,
+        metadata={
+            "help": "mask_predict: a sentence stops after a pass that re-predicted every "
+            "re-masked token unchanged (fairseq's adaptive stop; not in the paper: faster, "
+            "may change outputs)"
+        },
+    )
     decoder_impl: ChoiceEnum(DECODER_IMPLS) = field(
         default="fast",
         metadata={
