@@ -94,6 +94,12 @@ class LengthBeamGenerator:
                 "--decoder-impl int8 runs on CPU only: decode with --cpu, or use "
                 "--decoder-impl fast (with --fp16 on a GPU)"
             )
+        dtype = model.decoder.embed_tokens.weight.dtype
+        if int8 and dtype != torch.float32:
+            raise CMLMPluginError(
+                f"--decoder-impl int8 quantizes a float32 model, this one is {dtype}: "
+                "drop --fp16/--bf16, or use --decoder-impl fast"
+            )
         reason = unsupported(model.decoder)
         if reason is not None:
             if int8:

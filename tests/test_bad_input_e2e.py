@@ -136,6 +136,8 @@ GENERATION_FLAG_CASES = {
     "beam-too-large": ["--iter-decode-with-beam", 100],
     "diffusion-steps": ["--decoding", "diffusion", "--diffusion-steps", -1],
     "block-length": ["--decoding", "diffusion", "--gen-length", 8, "--block-length", 3],
+    "int8-half": ["--decoder-impl", "int8", "--fp16"],
+    "stop-and-force": ["--stop-unchanged", "--iter-decode-force-max-iter"],
 }
 
 
@@ -236,6 +238,6 @@ def test_readme_lists_every_case():
         "empty-source", "unknown-source", "too-long", "wrong-model", "corrupt-checkpoint",
         "unsafe-checkpoint", "vocabulary-mismatch", "split-dictionaries", "user-dir-missing",
         "user-dir-old-copy", "bad-template", "nan-logits", "length-out-of-range", "no-mask",
-        "convert-wrong-source", "average-too-few",
+        "convert-wrong-source", "average-too-few", "int8-gpu",
     }  # fmt: skip
     assert cases == tested

@@ -11,6 +11,7 @@ import argparse
 
 import pytest
 import torch
+from test_bad_input_e2e import assert_matches_readme
 from tinymodel import sample_for, setup, write_dictionaries
 
 from cmlm_plugin.errors import CMLMPluginError
@@ -184,8 +185,9 @@ def test_int8_refuses_a_gpu_device(data_dir):
     task, model = tiny_model(data_dir)
     gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
     gen.decoder_impl = "int8"
-    with pytest.raises(CMLMPluginError, match="CPU only"):
+    with pytest.raises(CMLMPluginError, match="CPU only") as error:
         gen.fast_paths(model, torch.device("cuda"))
+    assert_matches_readme("int8-gpu", f"cmlm_plugin error: {error.value}")  # the README row
 
 
 def test_decoder_impl_flag_reaches_the_generator(data_dir):
@@ -202,3 +204,12 @@ def test_int8_without_torch_quantized_kernels_names_the_fix(monkeypatch):
     monkeypatch.setattr(fast_decoder, "_LINEAR_INT8", None)
     with pytest.raises(CMLMPluginError, match="use --decoder-impl fast"):
         Linear(torch.randn(4, 3), None, int8=True)
+
+
+def test_int8_refuses_a_half_precision_model(data_dir):
+    task, model = tiny_model(data_dir)
+    model = model.to(torch.bfloat16)
+    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
+    gen.decoder_impl = "int8"
+    with pytest.raises(CMLMPluginError, match="drop --fp16/--bf16"):
+        gen.fast_paths(model, torch.device("cpu"))
