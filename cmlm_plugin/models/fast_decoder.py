@@ -10,7 +10,8 @@ pass is computed changes, for speed (issue: decoding speed):
 * the self-attention's query, key and value projections are one packed matrix product;
 * attention is ``scaled_dot_product_attention`` and no attention weights are kept
   (fairseq's decoder averages the last layer's cross-attention weights every pass);
-* the output projection runs only at the positions asked for (``where``).
+* the output projection, and the last layer's feed-forward block before it, run only
+  at the positions asked for (``where``); attention still sees every position.
 
 Outputs equal the module forward up to float rounding (``tests/test_fast_decoder.py``).
 With ``int8=True`` (CPU only) every linear layer, the output projection included, is a
