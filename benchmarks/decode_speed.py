@@ -8,7 +8,9 @@ IterativeRefinementGenerator on the same weights, and autoregressive beam search
 A config ``TxLpK`` runs ours only, keeping after K passes the best length candidate
 (``--length-prune-after K --length-prune-keep 1``); a suffix ``:int8`` or ``:modules``
 sets our ``--decoder-impl`` (default ``fast``; fairseq's generator runs once per T x L);
-``TxLs`` adds ``--stop-unchanged`` (ours only). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
+``TxLs`` adds ``--stop-unchanged``, ``TxLd`` decodes with the masked-diffusion sampler
+(``--decoding diffusion``, T steps) and ``TxLdtX`` adds ``--confidence-threshold X``
+(ours only; their passes are model calls, NFE). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
 as ``--fairseq-cmlm``, so both generators decode identical weights. A config ``TxL`` is
 T decoder passes and L length candidates (fairseq's generator gets
 ``max_iter = T - 1``, its count of passes after the first). Every system decodes the
@@ -118,12 +120,15 @@ def build_systems(args, size, count, device):
     fairseq_done = set()
     for spec in args.configs:
         spec, _, impl = spec.partition(":")  # ...:int8 or ...:modules, our --decoder-impl
+        spec, diffusion, threshold = spec.partition("d")  # TxLd[tX]: the diffusion sampler
+        threshold = float(threshold[1:]) if threshold.startswith("t") else None
         stop = spec.endswith("s")  # TxLs: ours with --stop-unchanged
         spec = spec.rstrip("s")
         spec, _, prune = spec.partition("p")  # TxL, or TxLpK: ours prunes to 1 after K passes
         passes, beam = (int(v) for v in spec.split("x"))
         kinds = [("ours", args.ours)]
-        if not prune and not stop and (passes, beam) not in fairseq_done:  # fairseq once per T x l
+        ours_only = prune or stop or diffusion
+        if not ours_only and (passes, beam) not in fairseq_done:  # fairseq once per T x l
             kinds.append(("fairseq", args.fairseq_cmlm))
             fairseq_done.add((passes, beam))
         for kind, path in kinds:
@@ -133,8 +138,11 @@ def build_systems(args, size, count, device):
                 cfg = generation_config(iter_decode_max_iter=passes, iter_decode_with_beam=beam)
             else:  # fairseq runs max_iter + 1 passes
                 cfg = generation_config(iter_decode_max_iter=passes - 1, iter_decode_with_beam=beam)
-            generator = task.build_generator([model], cfg)
             name = f"{kind} T={passes} l={beam}"
+            if diffusion:  # --decoding diffusion [--confidence-threshold X]
+                task.cfg.decoding, task.cfg.confidence_threshold = "diffusion", threshold
+                name += " diffusion" + (f" threshold {threshold}" if threshold else "")
+            generator = task.build_generator([model], cfg)
             if kind == "ours":
                 generator.decoder_impl = impl or "fast"
                 if prune:  # --length-prune-after K --length-prune-keep 1
