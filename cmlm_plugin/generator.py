@@ -450,6 +450,7 @@ class DiffusionGenerator(LengthBeamGenerator):
             eos_idx=self.eos if self.gen_length else None,
             retain_history=self.retain_history,
             generator=generator,
+            sparse_step=True,
         )
         return DiffusionResultView(result)
 

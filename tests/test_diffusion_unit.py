@@ -191,3 +191,41 @@ def test_sampler_invariants(lengths, steps, block, threshold, remasking, tempera
     assert torch.all(out.nfe <= masked)  # at least one token per call
     if threshold is None:
         assert torch.all(out.nfe <= torch.clamp(blocks, min=steps))
+
+
+class SparseFakeLogits(FakeLogits):
+    """``FakeLogits`` that also answers ``where``: the ``M x V`` rows it marks."""
+
+    def __call__(self, tokens, rows, where=None):
+        logits = super().__call__(tokens, rows)  # n x L x V
+        return logits if where is None else logits[where]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 12), min_size=1, max_size=5),
+    st.integers(1, 16),
+    st.integers(1, 12),
+    st.sampled_from([None, 0.5, 0.9]),
+    st.sampled_from([(0.0, "low_confidence"), (0.7, "low_confidence"), (0.0, "random")]),
+    st.integers(0, 10**6),
+)
+def test_sparse_step_decodes_exactly_like_the_dense_one(
+    lengths, steps, block, threshold, sampling, seed
+):
+    temperature, remasking = sampling
+    tokens = initial_tokens(torch.tensor(lengths), MASK, PAD)
+    outs, fakes = [], []
+    for sparse in (False, True):
+        fake = SparseFakeLogits(len(lengths), max(1, tokens.size(1)), seed=seed)
+        gen = torch.Generator().manual_seed(seed)
+        outs.append(
+            diffusion_sample(fake, tokens, steps, block, MASK, PAD, temperature, remasking,
+                             threshold, generator=gen, sparse_step=sparse)  # fmt: skip
+        )
+        fakes.append(fake)
+    dense, sparse = outs
+    assert torch.equal(dense.tokens, sparse.tokens) and torch.equal(dense.nfe, sparse.nfe)
+    torch.testing.assert_close(dense.scores, sparse.scores)
+    torch.testing.assert_close(dense.token_logprobs, sparse.token_logprobs)
+    assert len(fakes[0].calls) == len(fakes[1].calls)

@@ -65,6 +65,7 @@ def diffusion_sample(
     eos_idx: Optional[int] = None,
     retain_history: bool = False,
     generator: Optional[torch.Generator] = None,
+    sparse_step: bool = False,
 ) -> DiffusionResult:
     """Reveal every ``<mask>`` of ``tokens`` (``N x L``, right-padded with pad).
 
@@ -72,6 +73,11 @@ def diffusion_sample(
     are never changed. With ``eos_idx``, a generated EOS ends its row: it and every
     position after it become padding once sampling is done (LLaDA's fixed-length
     outputs). Returns a ``DiffusionResult``; the input is not modified.
+
+    ``sparse_step``: call ``logits_fn(tokens, rows, where)`` for ``M x V`` logits at the
+    ``M`` masked positions of the current block only (the only ones a step can reveal),
+    so the output projection skips the rest. Same outputs; used at temperature 0 with
+    ``low_confidence`` remasking (random draws are shaped by the dense tensors).
     """
     if steps < 1:
         raise ValueError(f"the number of diffusion steps must be >= 1, got {steps}")
@@ -81,6 +87,7 @@ def diffusion_sample(
         raise ValueError(f"the confidence threshold must be in (0, 1], got {threshold}")
     num_rows, width = tokens.shape
     device = tokens.device
+    sparse = sparse_step and temperature == 0 and remasking == "low_confidence"
     positions = torch.arange(width, device=device)  # L
     block_of = torch.div(positions, block_length, rounding_mode="floor")  # L
     real = tokens.ne(pad_idx)  # N x L
@@ -126,10 +133,21 @@ def diffusion_sample(
         rows = calling.nonzero().squeeze(1)  # n
         if rows.numel() > 0:
             sub = tokens[rows]  # n x L
-            logits = logits_fn(sub, None if rows.numel() == num_rows else rows)  # n x L x V
-            chosen = choose_tokens(logits, temperature, generator)  # n x L
-            conf, logprob = confidence(logits, chosen, remasking, generator)  # n x L
             sub_candidates = candidates[rows]  # n x L
+            called = None if rows.numel() == num_rows else rows
+            if sparse:
+                logits = logits_fn(sub, called, sub_candidates)  # M x V
+                picked = choose_tokens(logits, temperature, generator)  # M
+                picked_conf, picked_lp = confidence(logits, picked, remasking, generator)  # M
+                chosen = sub.masked_scatter(sub_candidates, picked)  # n x L
+                conf = torch.full(sub.shape, -1.0, device=device)
+                conf = conf.masked_scatter(sub_candidates, picked_conf)  # n x L
+                logprob = torch.zeros(sub.shape, device=device)
+                logprob = logprob.masked_scatter(sub_candidates, picked_lp)  # n x L
+            else:
+                logits = logits_fn(sub, called)  # n x L x V
+                chosen = choose_tokens(logits, temperature, generator)  # n x L
+                conf, logprob = confidence(logits, chosen, remasking, generator)  # n x L
             conf = conf.masked_fill(~sub_candidates, -1.0)
             if threshold is None:
                 count = reveal[rows]
