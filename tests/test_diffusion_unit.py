@@ -161,12 +161,18 @@ def test_bad_sampler_arguments_are_rejected():
             diffusion_sample(FakeLogits(1, 3), tokens, mask_idx=MASK, pad_idx=PAD, **kwargs)
 
 
-@settings(max_examples=40, deadline=None)
-@given(
+# lengths, steps, block length, threshold
+SAMPLER_SHAPES = (
     st.lists(st.integers(0, 12), min_size=1, max_size=5),
     st.integers(1, 16),
     st.integers(1, 12),
     st.sampled_from([None, 0.5, 0.9]),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    *SAMPLER_SHAPES,
     st.sampled_from(["low_confidence", "random"]),
     st.floats(0, 2),
     st.integers(0, 10**6),
@@ -203,10 +209,7 @@ class SparseFakeLogits(FakeLogits):
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.integers(0, 12), min_size=1, max_size=5),
-    st.integers(1, 16),
-    st.integers(1, 12),
-    st.sampled_from([None, 0.5, 0.9]),
+    *SAMPLER_SHAPES,
     st.sampled_from([(0.0, "low_confidence"), (0.7, "low_confidence"), (0.0, "random")]),
     st.integers(0, 10**6),
 )
