@@ -81,6 +81,12 @@ def _linear(module, int8: bool) -> Linear:
     return Linear(module.weight, module.bias, int8)
 
 
+def plain_attention(attn) -> bool:
+    """Whether ``attn`` (fairseq's MultiheadAttention) is the plain form this path computes."""
+    extras = attn.bias_k is not None or attn.add_zero_attn
+    return not extras and not getattr(attn, "use_xformers", False)
+
+
 def unsupported(decoder) -> Optional[str]:
     """Why the fast path cannot evaluate ``decoder`` exactly (None: it can)."""
     if decoder.quant_noise is not None or decoder.cross_self_attention:
@@ -95,9 +101,8 @@ def unsupported(decoder) -> Optional[str]:
             return "NormFormer-style layer extras"
         if layer.encoder_attn is None:
             return "a decoder without cross-attention"
-        for attn in (layer.self_attn, layer.encoder_attn):
-            if attn.bias_k is not None or attn.add_zero_attn or getattr(attn, "use_xformers", 0):
-                return "attention with bias_kv, zero attention or xformers"
+        if not (plain_attention(layer.self_attn) and plain_attention(layer.encoder_attn)):
+            return "attention with bias_kv, zero attention or xformers"
     return None
 
 

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from .fast_decoder import LayerWeights, block, feed_forward, self_attention
+from .fast_decoder import LayerWeights, block, feed_forward, plain_attention, self_attention
 from .frames import LengthTokenEncoder, SourceBosEncoder, prepend_bos
 
 
@@ -32,10 +32,7 @@ class FastEncoder:
         if isinstance(encoder, LengthTokenEncoder) or encoder.quant_noise is not None:
             return None
         for layer in encoder.layers:
-            attn = layer.self_attn
-            if getattr(layer, "return_fc", False) or attn.bias_k is not None:
-                return None
-            if attn.add_zero_attn or getattr(attn, "use_xformers", False):
+            if getattr(layer, "return_fc", False) or not plain_attention(layer.self_attn):
                 return None
         return FastEncoder(encoder, int8)
 
