@@ -43,6 +43,25 @@ from .symbols import mask_index
 _NO_ENSEMBLE = "parallel decoding uses one model: pass one checkpoint to --path (no ensembles)"
 
 
+class QuantizedPaths:
+    """The int8 encoder and decoder of one model, re-quantized when its weights change
+    (a parameter's storage or ``_version``; see ``LengthBeamGenerator.fast_paths``)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.params = list(model.parameters())  # walked once, not per batch
+        self.versions = None
+        self.cached = None
+
+    def paths(self):
+        versions = [(p.data_ptr(), p._version) for p in self.params]
+        if versions != self.versions:
+            encoder = FastEncoder.build(self.model.encoder, int8=True) or self.model.encoder
+            self.cached = (encoder, FastDecoder(self.model, int8=True))
+            self.versions = versions
+        return self.cached
+
+
 class LengthBeamGenerator:
     """Shared machinery: encoder pass, length candidates, step function, hypotheses."""
 
@@ -73,7 +92,7 @@ class LengthBeamGenerator:
         # confidences, as the original code and fairseq compute them); else logits
         self.normalize_before_ban = False
         self.decoder_impl = "fast"  # --decoder-impl: fast, int8 or modules
-        self._fast = None  # (model, its parameters, their versions, fast paths) for int8
+        self._int8 = None  # QuantizedPaths of the last model decoded with int8
 
     def fast_paths(self, model, device):
         """``(encoder, decoder)`` for ``--decoder-impl``: the encoder to call (a
@@ -110,15 +129,9 @@ class LengthBeamGenerator:
             return model.encoder, None  # fairseq's module forward handles every option
         if not int8:
             return FastEncoder.build(model.encoder) or model.encoder, FastDecoder(model)
-        cached = self._fast
-        if cached is None or cached[0] is not model:
-            cached = (model, list(model.parameters()), None, None)
-        key = tuple((p.data_ptr(), p._version) for p in cached[1])
-        if cached[2] != key:
-            encoder = FastEncoder.build(model.encoder, int8=True) or model.encoder
-            cached = (model, cached[1], key, (encoder, FastDecoder(model, int8=True)))
-        self._fast = cached
-        return cached[3]
+        if self._int8 is None or self._int8.model is not model:
+            self._int8 = QuantizedPaths(model)
+        return self._int8.paths()
 
     def check_models(self, models) -> None:
         if len(models) != 1:
