@@ -12,13 +12,15 @@ setup(
     description="Conditional masked language models and Mask-Predict decoding for fairseq",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.11,<3.13",
-    packages=find_packages(include=["cmlm_plugin", "cmlm_plugin.*"]),
+    python_requires=">=3.11,<3.14",
+    packages=find_packages(include=["cmlm_plugin", "cmlm_plugin.*", "cmlm_decoding"]),
     py_modules=["cmlm_plugin_dir"],
     install_requires=[
-        # fairseq 0.12.2 on PyPI does not import on Python >= 3.11; ve-fairseq is a
-        # wheel build of fairseq's main branch (cp311/cp312). See README "Install".
-        "ve-fairseq==0.12.3",
+        # fairseq 0.12.2 on PyPI does not import on Python >= 3.11. ve-fairseq is a wheel
+        # build of fairseq's main branch (cp311/cp312 only); fairseq-fixed is the same code
+        # as an sdist that compiles on 3.13 (a few minutes). See docs/install.md.
+        've-fairseq==0.12.3; python_version < "3.13"',
+        'fairseq-fixed==0.12.3.1; python_version >= "3.13"',
         "torch>=2.1",
         "numpy",
         "sacrebleu>=2.0",
@@ -36,11 +38,13 @@ setup(
             "cmlm-average-checkpoints=cmlm_plugin.cli.average:main",
             "cmlm-table=cmlm_plugin.cli.table:main",
             "cmlm-convert=cmlm_plugin.cli.convert:main",
+            "cmlm-flags=cmlm_plugin.cli.flags:main",
         ]
     },
     classifiers=[
         "Programming Language :: Python :: 3.11",
         "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
 )

@@ -2,27 +2,31 @@
 IterativeRefinementGenerator on the same weights, and autoregressive beam search.
 
     python benchmarks/decode_speed.py DATA_BIN --ours CONVERTED.pt --fairseq-cmlm FAIRSEQ.pt \
-        --ar AR.pt [--configs 1x1,4x1,10x5] [--beams 1,5] [--batch-sizes 1,128]
+        --ar AR.pt [--configs T=1,l=1 T=4,l=1 T=10,l=5] [--beams 1,5] [--batch-sizes 1,128]
         [--sentences 100,256] [--repeats 3] [--threads 2] [--cpu] [--out benchmarks/results]
 
-A config ``TxLpK`` runs ours only, keeping after K passes the best length candidate
-(``--length-prune-after K --length-prune-keep 1``); a suffix ``:int8`` or ``:modules``
-sets our ``--decoder-impl`` (default ``fast``; fairseq's generator runs once per T x L);
-``TxLs`` adds ``--stop-unchanged``, ``TxLd`` decodes with the masked-diffusion sampler
-(``--decoding diffusion``, T steps) and ``TxLdtX`` adds ``--confidence-threshold X``
-(ours only; their passes are model calls, NFE). ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same network
-as ``--fairseq-cmlm``, so both generators decode identical weights. A config ``TxL`` is
-T decoder passes and L length candidates (fairseq's generator gets
-``max_iter = T - 1``, its count of passes after the first). Every system decodes the
-same first N test sentences (N from ``--sentences``, one per batch size), batched in
-the same order (by source length, as fairseq does). After one warm-up batch per run,
-the runs are interleaved (A B C ... A B C ...) ``--repeats`` times; reported: median
-sentences/s and output tokens/s, latency per sentence at batch 1 (median and p90 over
-all sentences of all repeats), decoder passes per sentence, peak GPU memory (CUDA
-only; not measured on CPU), sacreBLEU of the outputs, and the ratios ours / fairseq's
-at equal T and L and ours / AR beam. ``--lengths 10,20,40,80`` adds a table of
-seconds per sentence at forced target lengths (ours: an all-``<mask>`` template of
-that length; AR: ``min_len = max_len``). Writes JSON, Markdown and a PNG.
+``--configs`` are decoding configurations of ``cmlm_plugin/cli/decode_config.py``, e.g.
+``T=10,l=5`` (T decoder passes, l length candidates), ``T=10,l=5,prune=1`` (keep the best
+length candidate after 1 pass), ``T=10,l=5,stop`` (``--stop-unchanged``), ``S=10`` and
+``S=10,c=0.9`` (the masked-diffusion sampler, 10 steps, a confidence threshold; their passes
+are model calls, NFE), ``impl=int8`` or ``impl=modules`` (our ``--decoder-impl``, default
+``fast``). Every system is built as ``fairseq-generate`` builds it: its flags (the
+configuration's; ``--beam`` for AR) parsed by fairseq's generation parser, the task set up
+from them, the checkpoint loaded into that task, ``task.build_generator(models,
+cfg.generation)``. fairseq's generator runs once per T and l of the configurations it can
+run (no S, prune or stop) with ``--iter-decode-max-iter T-1``, its count of passes after
+the first. ``--ours`` is ``cmlm-convert fairseq-cmlm FAIRSEQ.pt CONVERTED.pt``: the same
+network as ``--fairseq-cmlm``, so both generators decode identical weights.
+
+Every system decodes the same first N test sentences (N from ``--sentences``, one per
+batch size), batched in the same order (by source length, as fairseq does). After one
+warm-up batch per run, the runs are interleaved (A B C ... A B C ...) ``--repeats`` times;
+reported: median sentences/s and output tokens/s, latency per sentence at batch 1 (median
+and p90 over all sentences of all repeats), decoder passes per sentence, peak GPU memory
+(CUDA only; not measured on CPU), sacreBLEU of the outputs, and the ratios ours / fairseq's
+generator at the same T (or S) and l and ours / AR beam. ``--lengths 10,20,40,80`` adds a
+table of seconds per sentence at forced target lengths (ours: an all-``<mask>`` template
+of that length; AR: ``min_len = max_len``). Writes JSON, Markdown and a PNG.
 """
 
 import argparse
@@ -35,25 +39,38 @@ from typing import Dict, List
 
 import torch
 
-
-def load(path, data, overrides=None):
-    from fairseq import checkpoint_utils
-
-    import cmlm_plugin  # noqa: F401  (registers our task, allow-lists fairseq checkpoints)
-
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [path], arg_overrides={"data": data, **(overrides or {})}
-    )
-    return models[0].eval(), task
+from cmlm_plugin.cli.decode_config import argument, parse
 
 
-def generation_config(**values):
-    from fairseq.dataclass.configs import GenerationConfig
+def generate_cfg(data, path, flags):
+    """The configuration ``fairseq-generate DATA --path PATH FLAGS`` runs with."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    cfg = GenerationConfig()
-    for key, value in values.items():
-        setattr(cfg, key, value)
-    return cfg
+    import cmlm_plugin
+
+    user_dir = os.path.dirname(cmlm_plugin.__file__)  # the plugin's allow-list, also for fairseq's
+    argv = [data, "--path", path, "--user-dir", user_dir, *[str(f) for f in flags]]
+    args = options.parse_args_and_arch(options.get_generation_parser(), argv)
+    return convert_namespace_to_omegaconf(args)
+
+
+def load(cfg):
+    """The model and task of ``cfg``, loaded as fairseq-generate loads them."""
+    from fairseq import checkpoint_utils, tasks
+
+    task = tasks.setup_task(cfg.task)
+    models, _ = checkpoint_utils.load_model_ensemble([cfg.common_eval.path], task=task)
+    models[0].prepare_for_inference_(cfg)  # eval mode, as fairseq-generate sets it
+    return models[0], task
+
+
+def build(data, path, flags, device):
+    """Model, task and generator of ``fairseq-generate DATA --path PATH FLAGS``."""
+    cfg = generate_cfg(data, path, flags)
+    model, task = load(cfg)
+    model.to(device)
+    return model, task, task.build_generator([model], cfg.generation)
 
 
 def batches(task, subset, count, size, device):
@@ -94,6 +111,7 @@ class System:
         return seconds, latencies, outputs, passes
 
 
+DEFAULT_CONFIGS = [parse(c) for c in ("T=1,l=1", "T=4,l=1", "T=10,l=5")]
 REMOVE_BPE = None  # --remove-bpe: fairseq's post-processing name, e.g. sentencepiece
 
 
@@ -118,49 +136,23 @@ def percentile(values, q):
 def build_systems(args, size, count, device):
     systems = []
     fairseq_done = set()
-    for spec in args.configs:
-        spec, _, impl = spec.partition(":")  # ...:int8 or ...:modules, our --decoder-impl
-        spec, diffusion, threshold = spec.partition("d")  # TxLd[tX]: the diffusion sampler
-        threshold = float(threshold[1:]) if threshold.startswith("t") else None
-        stop = spec.endswith("s")  # TxLs: ours with --stop-unchanged
-        spec = spec.rstrip("s")
-        spec, _, prune = spec.partition("p")  # TxL, or TxLpK: ours prunes to 1 after K passes
-        passes, beam = (int(v) for v in spec.split("x"))
-        kinds = [("ours", args.ours)]
-        ours_only = prune or stop or diffusion
-        if not ours_only and (passes, beam) not in fairseq_done:  # fairseq once per T x l
-            kinds.append(("fairseq", args.fairseq_cmlm))
-            fairseq_done.add((passes, beam))
-        for kind, path in kinds:
-            model, task = load(path, args.data)
-            model.to(device)
-            if kind == "ours":
-                cfg = generation_config(iter_decode_max_iter=passes, iter_decode_with_beam=beam)
-            else:  # fairseq runs max_iter + 1 passes
-                cfg = generation_config(iter_decode_max_iter=passes - 1, iter_decode_with_beam=beam)
-            name = f"{kind} T={passes} l={beam}"
-            if diffusion:  # --decoding diffusion [--confidence-threshold X]
-                task.cfg.decoding, task.cfg.confidence_threshold = "diffusion", threshold
-                name += " diffusion" + (f" threshold {threshold}" if threshold else "")
-            generator = task.build_generator([model], cfg)
-            if kind == "ours":
-                generator.decoder_impl = impl or "fast"
-                if prune:  # --length-prune-after K --length-prune-keep 1
-                    generator.variants.update(prune_after=int(prune), prune_keep=1)
-                    name += f" pruned to 1 after {prune}"
-                if stop:
-                    generator.variants.update(stop_unchanged=True)
-                    name += " stop-unchanged"
-                name += f" {impl}" if impl else ""
+    for config in args.configs:
+        runs = [("ours", args.ours, ["--task", "cmlm", *config.flags()], config)]
+        if config.fairseq_comparable and config.baseline() not in fairseq_done:
+            baseline = config.baseline()  # fairseq once per T and l; it runs T-1 more passes
+            fairseq_done.add(baseline)
+            flags = ["--task", "translation_lev", *baseline.fairseq_flags()]
+            runs.append(("fairseq", args.fairseq_cmlm, flags, baseline))
+        for kind, path, flags, shown in runs:
+            model, task, generator = build(args.data, path, flags, device)
             samples = batches(task, args.subset, count, size, device)
             offset = 1 if kind == "fairseq" else 0
-            system = System(name, model, task, generator, samples, offset)
-            system.config = (passes, beam)
+            system = System(f"{kind} {shown}", model, task, generator, samples, offset)
+            system.config = shown
             systems.append(system)
     for beam in args.beams:
-        model, task = load(args.ar, args.data)
-        model.to(device)
-        generator = task.build_generator([model], generation_config(beam=beam))
+        flags = ["--task", "translation", "--beam", beam]
+        model, task, generator = build(args.data, args.ar, flags, device)
         samples = batches(task, args.subset, count, size, device)
         systems.append(System(f"AR beam {beam}", model, task, generator, samples))
         systems[-1].config = None
@@ -197,7 +189,7 @@ def summarise(systems, results, references, size) -> List[Dict]:
         rows.append(
             {
                 "system": system.name,
-                "config": system.config,  # (T, l), None for AR
+                "config": None if system.config is None else str(system.config),  # AR: None
                 "batch": size,
                 "sentences": count,
                 "repeats": len(entry["seconds"]),
@@ -221,8 +213,7 @@ def ratios(rows) -> List[str]:
     for (name, batch), row in by.items():
         if not name.startswith("ours"):
             continue
-        passes, beam = row["config"]
-        theirs = by.get((f"fairseq T={passes} l={beam}", batch))
+        theirs = by.get((f"fairseq {parse(row['config']).baseline()}", batch))
         if theirs:
             lines.append(
                 f"batch {batch}, {name[5:]}: ours / fairseq's generator = "
@@ -275,24 +266,22 @@ def length_scaling(args, device, synchronize) -> List[Dict]:
     """Seconds per sentence when the output is forced to each length (batch 1)."""
     from fairseq import utils
 
-    ours, ours_task = load(args.ours, args.data)
-    ar, ar_task = load(args.ar, args.data)
-    ours.to(device), ar.to(device)
+    config = parse("T=10,l=1")
+    ours, ours_task, gen = build(args.data, args.ours, ["--task", "cmlm", *config.flags()], device)
+    ar_flags = ["--task", "translation", "--beam", 5]
+    ar, ar_task, _ = build(args.data, args.ar, ar_flags, device)
     mask = ours_task.target_dictionary.index("<mask>")
     samples = batches(ours_task, args.subset, args.length_sentences, 1, device)
     ar_samples = batches(ar_task, args.subset, args.length_sentences, 1, device)
     rows = []
     for length in args.lengths:
-        gen = ours_task.build_generator(
-            [ours], generation_config(iter_decode_max_iter=10, iter_decode_with_beam=1)
-        )
         template = torch.tensor([[1] + [mask] * length + [0]])  # fairseq's packed constraints
         template = utils.move_to_cuda(template) if device == "cuda" else template
-        ar_gen = ar_task.build_generator(
-            [ar], generation_config(beam=5, min_len=length, max_len_a=0, max_len_b=length)
-        )
+        forced = ["--min-len", length, "--max-len-a", 0, "--max-len-b", length]
+        ar_cfg = generate_cfg(args.data, args.ar, ar_flags + forced)
+        ar_gen = ar_task.build_generator([ar], ar_cfg.generation)
         for name, model, task, generator, data, extra in (
-            ("ours T=10 l=1", ours, ours_task, gen, samples, {"constraints": template}),
+            (f"ours {config}", ours, ours_task, gen, samples, {"constraints": template}),
             ("AR beam 5", ar, ar_task, ar_gen, ar_samples, {}),
         ):
             times = []
@@ -303,7 +292,8 @@ def length_scaling(args, device, synchronize) -> List[Dict]:
                 synchronize()
                 if rep:  # the first round warms up
                     times.append((time.perf_counter() - start) / len(data))
-            rows.append({"system": name, "length": length, "ms_per_sentence": round(1000 * statistics.median(times), 2)})  # fmt: skip
+            ms = round(1000 * statistics.median(times), 2)
+            rows.append({"system": name, "length": length, "ms_per_sentence": ms})
     return rows
 
 
@@ -313,7 +303,9 @@ def main(argv=None):
     p.add_argument("--ours", required=True, help="cmlm_plugin checkpoint (converted)")
     p.add_argument("--fairseq-cmlm", required=True, help="the same weights, fairseq's format")
     p.add_argument("--ar", required=True, help="autoregressive fairseq transformer")
-    p.add_argument("--configs", default="1x1,4x1,10x5", help="T x l, comma-separated")
+    p.add_argument("--configs", nargs="+", type=argument, default=DEFAULT_CONFIGS,
+                   help="decoding configurations, e.g. T=10,l=5 T=10,l=5,prune=1,impl=int8 "
+                   "S=10,c=0.9 (cmlm_plugin/cli/decode_config.py)")  # fmt: skip
     p.add_argument("--beams", default="1,5")
     p.add_argument("--batch-sizes", default="1,128")
     p.add_argument("--sentences", default="100,256", help="sentences decoded per batch size")
@@ -328,7 +320,6 @@ def main(argv=None):
     args = p.parse_args(argv)
     global REMOVE_BPE
     REMOVE_BPE = args.remove_bpe
-    args.configs = args.configs.split(",")
     args.beams = [int(b) for b in args.beams.split(",") if b]
     args.lengths = [int(n) for n in args.lengths.split(",") if n]
     sizes = [int(b) for b in args.batch_sizes.split(",")]

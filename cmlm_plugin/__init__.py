@@ -3,19 +3,17 @@
 Importing the package registers the task ``cmlm``, the model
 ``cmlm_plugin_transformer`` (archs ``cmlm_plugin_{tiny,small,base,big}``) and the
 criterion ``cmlm_plugin_loss``, allow-lists what fairseq checkpoints hold for
-torch's weights-only loading, makes checkpoint failures name their file, and
-prints the plugin's own user errors as one line (``errors.py``).
+torch's weights-only loading (``checkpoints.safety``), makes checkpoint failures name
+their file (``checkpoints.errors``), and prints the plugin's own user errors as one
+line (``errors.py``). The decoding algorithms live in the separate package
+``cmlm_decoding``.
 """
 
 import os
 
-from . import (  # noqa: F401  (registration; checkpoint_safety's allow-list on import)
-    checkpoint_errors,
-    checkpoint_safety,
-    criterions,
-    models,
-    tasks,
-)
+from . import criterions, models, tasks  # noqa: F401  (registration)
+from .checkpoints import errors as checkpoint_errors
+from .checkpoints import safety  # noqa: F401  (the weights-only allow-list, on import)
 from .errors import install_excepthook
 from .install_check import check_installed_version
 from .version import __version__

@@ -1,6 +1,6 @@
-"""End-to-end: each bad input of issue 6 through the real commands, checked against the README.
+"""End-to-end: each bad input of issue 6 through the real commands, checked against the docs.
 
-The README's "Bad input" table lists, per case, what the user sees. For an error,
+The "Bad input" table of docs/reliability.md lists, per case, what the user sees. For an error,
 the table shows the message with ``…`` where it varies; each test here produces the
 case with fairseq's commands and checks that the last line of stderr matches the
 table's message piece by piece. Cases without an error get a defined output,
@@ -16,12 +16,13 @@ from cli import fails, hypotheses, run
 from conftest import ROOT
 
 PLUGIN = "cmlm_plugin"
+BAD_INPUT_PAGE = "docs/reliability.md"
 BAD_INPUT_SECTION = "## Bad input and what you see"
 
 
 def readme_cases():
-    """``{case id: what-you-see cell}`` from the README's bad-input table."""
-    text = (ROOT / "README.md").read_text()
+    """``{case id: what-you-see cell}`` from the bad-input table of ``BAD_INPUT_PAGE``."""
+    text = (ROOT / BAD_INPUT_PAGE).read_text()
     section = text.split(BAD_INPUT_SECTION, 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z0-9-]+)` \|[^|]*\| (.*) \|$", section, re.M)
     return dict(rows)
@@ -29,17 +30,17 @@ def readme_cases():
 
 def expected_message(case: str) -> str:
     cell = readme_cases()[case]
-    match = re.search(r"`((?:cmlm_plugin error|FileNotFoundError)[^`]*)`", cell)
-    assert match, f"README row {case} shows no message"
+    match = re.search(r"`((?:cmlm_plugin error|cmlm_plugin warning|FileNotFoundError)[^`]*)`", cell)
+    assert match, f"{BAD_INPUT_PAGE} row {case} shows no message"
     return match.group(1)
 
 
 def assert_matches_readme(case: str, line: str) -> None:
-    """Every piece of the README's message (split at ``…``) appears in order in ``line``."""
+    """Every piece of the table's message (split at ``…``) appears in order in ``line``."""
     position = 0
     for piece in expected_message(case).split("…"):
         found = line.find(piece.strip(), position)
-        assert found >= 0, f"{case}: README piece {piece!r} not in:\n{line}"
+        assert found >= 0, f"{case}: {BAD_INPUT_PAGE} piece {piece!r} not in:\n{line}"
         position = found + len(piece.strip())
 
 
@@ -127,7 +128,7 @@ def test_too_long_source(odd):
         *generate_args(odd["root"] / "longbin", odd["checkpoint"]),
         "--skip-invalid-size-inputs-valid-test",
     )
-    assert sorted(hypotheses(out)) == [0]  # the long one skipped, as the README says
+    assert sorted(hypotheses(out)) == [0]  # the long one skipped, as the table says
 
 
 GENERATION_FLAG_CASES = {
@@ -138,6 +139,13 @@ GENERATION_FLAG_CASES = {
     "block-length": ["--decoding", "diffusion", "--gen-length", 8, "--block-length", 3],
     "int8-half": ["--decoder-impl", "int8", "--fp16"],
     "stop-and-force": ["--stop-unchanged", "--iter-decode-force-max-iter"],
+    "remask-ratio": ["--remask-schedule", "fixed", "--remask-ratio", 1.5],
+    "calibration-temperature": [
+        "--remask-confidence",
+        "calibrated",
+        "--calibration-temperature",
+        0,
+    ],
 }
 
 
@@ -205,11 +213,11 @@ def test_malformed_template(odd):
 
 def test_nonfinite_logits_message_is_the_readme_one():
     from cmlm_plugin.errors import CMLMPluginError, one_line
-    from cmlm_plugin.generator import LengthBeamGenerator
+    from cmlm_plugin.generation.step import refuse_nonfinite
 
     bad = torch.tensor([False, True, True])
     with pytest.raises(CMLMPluginError) as info:
-        LengthBeamGenerator._check_finite(bad, {"id": torch.tensor([4, 7, 9])})
+        refuse_nonfinite(bad, {"id": torch.tensor([4, 7, 9])})
     assert_matches_readme("nan-logits", one_line(info.value))
 
 
@@ -235,7 +243,7 @@ def test_average_too_few(odd, tmp_path):
 def test_readme_lists_every_case():
     cases = set(readme_cases())
     tested = set(GENERATION_FLAG_CASES) | {
-        "empty-source", "unknown-source", "too-long", "wrong-model", "corrupt-checkpoint",
+        "empty-source", "unknown-source", "too-long", "too-long-raw", "wrong-model", "corrupt-checkpoint",
         "unsafe-checkpoint", "vocabulary-mismatch", "split-dictionaries", "user-dir-missing",
         "user-dir-old-copy", "bad-template", "nan-logits", "length-out-of-range", "no-mask",
         "convert-wrong-source", "average-too-few", "int8-gpu",

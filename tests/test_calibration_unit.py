@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cmlm_plugin.calibration import fit_temperature, tempered_nll
+from cmlm_decoding.calibration import fit_temperature, tempered_nll
 
 
 @pytest.mark.parametrize("true_temperature", [0.5, 1.0, 2.5])

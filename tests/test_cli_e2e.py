@@ -147,7 +147,7 @@ def test_malformed_template_is_a_clear_error(trained):
 def test_hub_infill(trained):
     code = (
         "import cmlm_plugin\n"
-        "from cmlm_plugin.infill import infill\n"
+        "from cmlm_plugin.generation.infill import infill\n"
         "from cmlm_plugin.models.cmlm_transformer import CMLMPluginModel\n"
         f"m = CMLMPluginModel.from_pretrained({str(trained / 'ckpt')!r}, "
         f"checkpoint_file='checkpoint_last.pt', data_name_or_path={str(trained / 'bin')!r})\n"

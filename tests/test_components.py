@@ -331,7 +331,7 @@ def test_training_noise_depends_on_the_update_seed_and_the_batch_only(tiny):
 def test_stop_unchanged_reaches_mask_predict_and_refuses_force_max_iter(data_dir):
     task, model, _ = setup(data_dir, "--stop-unchanged")
     gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=4))
-    assert gen.variants["stop_unchanged"] is True
+    assert gen.options.stop_unchanged is True
     with pytest.raises(ValueError, match="drop one of them"):
         task.build_generator(
             [model], argparse.Namespace(iter_decode_max_iter=4, iter_decode_force_max_iter=True)

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from tinymodel import WORDS, write_dictionaries
 
+from cmlm_plugin.checkpoints.convert import from_mask_predict
 from cmlm_plugin.cli.convert import convert_checkpoint
-from cmlm_plugin.convert import from_mask_predict
 from cmlm_plugin.errors import CMLMPluginError
 
 C, FFN, HEADS, LAYERS, POSITIONS = 16, 32, 2, 2, 20  # POSITIONS = max_*_positions = length classes

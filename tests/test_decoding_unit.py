@@ -1,4 +1,4 @@
-"""Unit tests of the pure decoding core (``cmlm_plugin.decoding``), hand-built inputs."""
+"""Unit tests of the pure decoding core (``cmlm_decoding``), hand-built inputs."""
 
 import subprocess
 import sys
@@ -9,7 +9,8 @@ from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmlm_plugin.decoding import (
+from cmlm_decoding import (
+    MaskPredictOptions,
     length_candidates,
     linear_remask_count,
     mask_predict,
@@ -148,7 +149,9 @@ class FakeModel:
 def test_mask_predict_follows_the_paper_schedule():
     lengths = torch.tensor([10, 7, 3])
     model = FakeModel(3, 10)
-    result = mask_predict(model, lengths, 4, MASK, PAD, force_max_iter=True)
+    result = mask_predict(
+        model, lengths, MASK, PAD, MaskPredictOptions(num_passes=4, force_max_iter=True)
+    )
     assert len(model.calls) == 4
     first, _ = model.calls[0]
     assert torch.equal(first.eq(MASK).sum(1), lengths)  # pass 1: all <mask>
@@ -163,7 +166,13 @@ def test_mask_predict_follows_the_paper_schedule():
 def test_mask_predict_remasks_lowest_and_updates_only_repredicted():
     lengths = torch.tensor([6, 5])
     model = FakeModel(2, 6, seed=3)
-    history = mask_predict(model, lengths, 3, MASK, PAD, retain_history=True, force_max_iter=True)
+    history = mask_predict(
+        model,
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=3, retain_history=True, force_max_iter=True),
+    )
     # replay: the state after pass 1 and the input of pass 2
     first_lp, first_tok = model(model.calls[0][0], None).max(-1)
     real = torch.arange(6)[None, :] < lengths[:, None]
@@ -182,16 +191,18 @@ def test_mask_predict_remasks_lowest_and_updates_only_repredicted():
 
 def test_mask_predict_single_pass():
     model = FakeModel(2, 5)
-    result = mask_predict(model, torch.tensor([5, 2]), 1, MASK, PAD)
+    result = mask_predict(model, torch.tensor([5, 2]), MASK, PAD, MaskPredictOptions(num_passes=1))
     assert len(model.calls) == 1
     assert result.steps.tolist() == [1, 1]
 
 
 def test_early_exit_gives_the_same_output_with_fewer_calls():
     lengths = torch.tensor([12, 2, 1, 5])
-    forced = mask_predict(FakeModel(4, 12), lengths, 10, MASK, PAD, force_max_iter=True)
+    forced = mask_predict(
+        FakeModel(4, 12), lengths, MASK, PAD, MaskPredictOptions(num_passes=10, force_max_iter=True)
+    )
     model = FakeModel(4, 12)
-    early = mask_predict(model, lengths, 10, MASK, PAD)
+    early = mask_predict(model, lengths, MASK, PAD, MaskPredictOptions(num_passes=10))
     assert torch.equal(forced.tokens, early.tokens)
     assert torch.allclose(forced.scores, early.scores)
     # a row leaves once floor(n (T - t) / T) = 0: n=2 after pass 6, n=5 after
@@ -211,7 +222,9 @@ def test_early_exit_gives_the_same_output_with_fewer_calls():
 def test_mask_predict_invariants(lengths, passes, force, seed):
     lengths = torch.tensor(lengths)
     model = FakeModel(len(lengths), 15, seed=seed)
-    result = mask_predict(model, lengths, passes, MASK, PAD, force_max_iter=force)
+    result = mask_predict(
+        model, lengths, MASK, PAD, MaskPredictOptions(num_passes=passes, force_max_iter=force)
+    )
     real = torch.arange(result.tokens.size(1))[None, :] < lengths[:, None]
     assert not result.tokens.eq(MASK).any()
     assert torch.equal(result.tokens.eq(PAD), ~real)
@@ -223,20 +236,23 @@ def test_mask_predict_invariants(lengths, passes, force, seed):
 
 def test_mask_predict_rejects_bad_arguments():
     with pytest.raises(ValueError, match="num_passes"):
-        mask_predict(FakeModel(1, 3), torch.tensor([3]), 0, MASK, PAD)
+        mask_predict(
+            FakeModel(1, 3), torch.tensor([3]), MASK, PAD, MaskPredictOptions(num_passes=0)
+        )
     with pytest.raises(ValueError, match="length"):
-        mask_predict(FakeModel(1, 3), torch.tensor([0]), 2, MASK, PAD)
+        mask_predict(
+            FakeModel(1, 3), torch.tensor([0]), MASK, PAD, MaskPredictOptions(num_passes=2)
+        )
 
 
 def test_decoding_core_imports_no_fairseq():
     code = (
         "import sys; sys.modules['fairseq'] = None; "
-        f"sys.path.insert(0, {str(ROOT / 'cmlm_plugin')!r}); "
-        "import decoding, torch; "
+        "import cmlm_decoding, torch; "
         "assert not any(m.startswith('fairseq') and sys.modules[m] is not None "
         "for m in sys.modules); print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -260,8 +276,9 @@ def test_sparse_step_gives_the_dense_result(lengths, passes, confidence, force):
         return sparse_model(tokens, rows)[where]  # M x V
 
     kwargs = dict(force_max_iter=force, confidence=confidence, retain_history=True)
-    dense = mask_predict(dense_model, lengths, passes, MASK, PAD, **kwargs)
-    result = mask_predict(sparse, lengths, passes, MASK, PAD, sparse_step=True, **kwargs)
+    dense = mask_predict(dense_model, lengths, MASK, PAD, MaskPredictOptions(passes, **kwargs))
+    options = MaskPredictOptions(passes, sparse_step=True, **kwargs)
+    result = mask_predict(sparse, lengths, MASK, PAD, options)
     for field in ("tokens", "token_logprobs", "scores", "steps"):
         assert torch.equal(getattr(dense, field), getattr(result, field)), field
     assert all(torch.equal(a, b) for a, b in zip(dense.history, result.history))

@@ -1,11 +1,12 @@
-"""Unit tests of the masked-diffusion sampler core (``decoding.diffusion``/``sampling``)."""
+"""Unit tests of the masked-diffusion sampler core (``cmlm_decoding.diffusion``/``sampling``)."""
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmlm_plugin.decoding import (
+from cmlm_decoding import (
+    DiffusionOptions,
     choose_tokens,
     diffusion_sample,
     guided_logits,
@@ -96,19 +97,23 @@ class FakeLogits:
 def test_blocks_left_to_right_and_empty_on_schedule():
     tokens = initial_tokens(torch.tensor([8]), MASK, PAD)
     fake = FakeLogits(1, 8)
-    out = diffusion_sample(fake, tokens, 4, 4, MASK, PAD, retain_history=True)
+    out = diffusion_sample(
+        fake, tokens, MASK, PAD, DiffusionOptions(steps=4, block_length=4, retain_history=True)
+    )
     masks = [int(h.eq(MASK).sum()) for h in out.history]
     assert masks == [6, 4, 2, 0]  # 2 blocks x 2 steps, 2 tokens per step
     # while the first block is decoded the second stays fully masked
     assert out.history[0][0, 4:].eq(MASK).all() and out.history[1][0, 4:].eq(MASK).all()
     assert out.history[1][0, :4].ne(MASK).all()
-    assert out.nfe.tolist() == [4]
+    assert out.steps.tolist() == [4]
 
 
 def test_remainder_goes_to_the_first_steps_and_most_confident_first():
     tokens = initial_tokens(torch.tensor([5]), MASK, PAD)
     fake = FakeLogits(1, 5, seed=2)
-    out = diffusion_sample(fake, tokens, 2, 5, MASK, PAD, retain_history=True)
+    out = diffusion_sample(
+        fake, tokens, MASK, PAD, DiffusionOptions(steps=2, block_length=5, retain_history=True)
+    )
     assert [int(h.eq(MASK).sum()) for h in out.history] == [2, 0]
     probs = torch.softmax(fake.table[0], -1).max(-1).values
     first = out.history[0][0].ne(MASK)
@@ -117,16 +122,30 @@ def test_remainder_goes_to_the_first_steps_and_most_confident_first():
 
 def test_one_token_per_step_when_steps_equal_length():
     tokens = initial_tokens(torch.tensor([6, 3]), MASK, PAD)
-    out = diffusion_sample(FakeLogits(2, 6), tokens, 6, 6, MASK, PAD)
-    assert out.nfe.tolist() == [6, 3]  # the short row needs no call once filled
+    out = diffusion_sample(
+        FakeLogits(2, 6), tokens, MASK, PAD, DiffusionOptions(steps=6, block_length=6)
+    )
+    assert out.steps.tolist() == [6, 3]  # the short row needs no call once filled
 
 
 def test_threshold_reveals_at_least_one_and_never_padding():
     tokens = initial_tokens(torch.tensor([6, 2]), MASK, PAD)
-    unsure = diffusion_sample(FakeLogits(2, 6, sharp=0.01), tokens, 6, 6, MASK, PAD, threshold=0.9)
-    assert unsure.nfe.tolist() == [6, 2]  # nothing reaches 0.9: one per step
-    sure = diffusion_sample(FakeLogits(2, 6, sharp=100.0), tokens, 6, 3, MASK, PAD, threshold=0.9)
-    assert sure.nfe.tolist() == [2, 1]  # every position is confident: one step per block
+    unsure = diffusion_sample(
+        FakeLogits(2, 6, sharp=0.01),
+        tokens,
+        MASK,
+        PAD,
+        DiffusionOptions(steps=6, block_length=6, threshold=0.9),
+    )
+    assert unsure.steps.tolist() == [6, 2]  # nothing reaches 0.9: one per step
+    sure = diffusion_sample(
+        FakeLogits(2, 6, sharp=100.0),
+        tokens,
+        MASK,
+        PAD,
+        DiffusionOptions(steps=6, block_length=3, threshold=0.9),
+    )
+    assert sure.steps.tolist() == [2, 1]  # every position is confident: one step per block
     for out in (unsure, sure):
         assert torch.equal(out.tokens.eq(PAD), tokens.eq(PAD))
         assert not out.tokens.eq(MASK).any()
@@ -135,7 +154,9 @@ def test_threshold_reveals_at_least_one_and_never_padding():
 def test_infilling_keeps_given_tokens():
     tokens = initial_tokens(torch.tensor([7]), MASK, PAD)
     tokens[0, [0, 3, 4]] = torch.tensor([5, 6, 7])
-    out = diffusion_sample(FakeLogits(1, 7), tokens, 4, 7, MASK, PAD)
+    out = diffusion_sample(
+        FakeLogits(1, 7), tokens, MASK, PAD, DiffusionOptions(steps=4, block_length=7)
+    )
     assert out.tokens[0, [0, 3, 4]].tolist() == [5, 6, 7]
     assert not out.tokens.eq(MASK).any()
     assert out.token_logprobs[0, [0, 3, 4]].eq(0).all()
@@ -145,7 +166,9 @@ def test_positions_after_a_generated_eos_become_padding():
     tokens = initial_tokens(torch.tensor([5]), MASK, PAD)
     fake = FakeLogits(1, 5)
     fake.table[0, 2, EOS] = 1e4  # position 2 predicts EOS with certainty
-    out = diffusion_sample(fake, tokens, 5, 5, MASK, PAD, eos_idx=EOS)
+    out = diffusion_sample(
+        fake, tokens, MASK, PAD, DiffusionOptions(steps=5, block_length=5), eos_idx=EOS
+    )
     assert out.tokens[0, 2:].eq(PAD).all() and out.tokens[0, :2].ne(PAD).all()
 
 
@@ -153,12 +176,12 @@ def test_bad_sampler_arguments_are_rejected():
     tokens = initial_tokens(torch.tensor([3]), MASK, PAD)
     for kwargs, message in (
         ({"steps": 0, "block_length": 3}, "steps"),
-        ({"steps": 2, "block_length": 0}, "block length"),
+        ({"steps": 2, "block_length": -1}, "block length"),
         ({"steps": 2, "block_length": 3, "threshold": 1.5}, "threshold"),
         ({"steps": 2, "block_length": 3, "remasking": "worst"}, "remasking"),
     ):
         with pytest.raises(ValueError, match=message):
-            diffusion_sample(FakeLogits(1, 3), tokens, mask_idx=MASK, pad_idx=PAD, **kwargs)
+            diffusion_sample(FakeLogits(1, 3), tokens, MASK, PAD, DiffusionOptions(**kwargs))
 
 
 # lengths, steps, block length, threshold
@@ -186,7 +209,18 @@ def test_sampler_invariants(lengths, steps, block, threshold, remasking, tempera
     before = tokens.clone()
     fake = FakeLogits(len(lengths), max(1, tokens.size(1)), seed=seed)
     out = diffusion_sample(
-        fake, tokens, steps, block, MASK, PAD, temperature, remasking, threshold, generator=gen
+        fake,
+        tokens,
+        MASK,
+        PAD,
+        DiffusionOptions(
+            steps=steps,
+            block_length=block,
+            temperature=temperature,
+            remasking=remasking,
+            threshold=threshold,
+        ),
+        generator=gen,
     )
     assert torch.equal(tokens, before)
     assert not out.tokens.eq(MASK).any()
@@ -194,9 +228,9 @@ def test_sampler_invariants(lengths, steps, block, threshold, remasking, tempera
     assert torch.equal(out.tokens[given_mask], before[given_mask])
     masked = before.eq(MASK).sum(1)
     blocks = torch.div(lengths + block - 1, block, rounding_mode="floor").clamp(min=1)
-    assert torch.all(out.nfe <= masked)  # at least one token per call
+    assert torch.all(out.steps <= masked)  # at least one token per call
     if threshold is None:
-        assert torch.all(out.nfe <= torch.clamp(blocks, min=steps))
+        assert torch.all(out.steps <= torch.clamp(blocks, min=steps))
 
 
 class SparseFakeLogits(FakeLogits):
@@ -223,12 +257,11 @@ def test_sparse_step_decodes_exactly_like_the_dense_one(
         fake = SparseFakeLogits(len(lengths), max(1, tokens.size(1)), seed=seed)
         gen = torch.Generator().manual_seed(seed)
         outs.append(
-            diffusion_sample(fake, tokens, steps, block, MASK, PAD, temperature, remasking,
-                             threshold, generator=gen, sparse_step=sparse)  # fmt: skip
+            diffusion_sample(fake, tokens, MASK, PAD, DiffusionOptions(steps=steps, block_length=block, temperature=temperature, remasking=remasking, threshold=threshold, sparse_step=sparse), generator=gen)  # fmt: skip
         )
         fakes.append(fake)
     dense, sparse = outs
-    assert torch.equal(dense.tokens, sparse.tokens) and torch.equal(dense.nfe, sparse.nfe)
+    assert torch.equal(dense.tokens, sparse.tokens) and torch.equal(dense.steps, sparse.steps)
     torch.testing.assert_close(dense.scores, sparse.scores)
     torch.testing.assert_close(dense.token_logprobs, sparse.token_logprobs)
     assert len(fakes[0].calls) == len(fakes[1].calls)

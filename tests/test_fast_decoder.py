@@ -17,6 +17,9 @@ from tinymodel import sample_for, setup, write_dictionaries
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.models.fast_decoder import FastDecoder, Linear, unsupported
 from cmlm_plugin.models.fast_encoder import FastEncoder
+from cmlm_plugin.models.inference import ModulePath, inference_path
+
+CPU = torch.device("cpu")
 
 VARIANTS = [
     (),
@@ -161,33 +164,27 @@ def test_int8_decoding_stays_close_to_float(data_dir):
 
 def test_int8_requantizes_after_an_in_place_update(data_dir):
     task, model = tiny_model(data_dir)
-    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
-    gen.decoder_impl = "int8"
-    first = gen.fast_paths(model, torch.device("cpu"))[1]
-    assert gen.fast_paths(model, torch.device("cpu"))[1] is first  # cached
+    first = inference_path(model, "int8", CPU).decoder
+    assert inference_path(model, "int8", CPU).decoder is first  # cached
     with torch.no_grad():
         model.decoder.layers[0].fc1.weight.mul_(2.0)
-    assert gen.fast_paths(model, torch.device("cpu"))[1] is not first
+    assert inference_path(model, "int8", CPU).decoder is not first
 
 
 def test_unsupported_layers_fall_back_to_modules_and_int8_refuses(data_dir):
     task, model = tiny_model(data_dir)
     model.decoder.layers[0].attn_ln = torch.nn.LayerNorm(model.decoder.embed_dim)
     assert "NormFormer" in unsupported(model.decoder)
-    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
-    assert gen.fast_paths(model, torch.device("cpu")) == (model.encoder, None)  # modules
-    gen.decoder_impl = "int8"
+    assert isinstance(inference_path(model, "fast", CPU), ModulePath)  # modules
     with pytest.raises(CMLMPluginError, match="decoder-impl modules"):
-        gen.fast_paths(model, torch.device("cpu"))
+        inference_path(model, "int8", CPU)
 
 
 def test_int8_refuses_a_gpu_device(data_dir):
     task, model = tiny_model(data_dir)
-    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
-    gen.decoder_impl = "int8"
     with pytest.raises(CMLMPluginError, match="CPU only") as error:
-        gen.fast_paths(model, torch.device("cuda"))
-    assert_matches_readme("int8-gpu", f"cmlm_plugin error: {error.value}")  # the README row
+        inference_path(model, "int8", torch.device("cuda"))
+    assert_matches_readme("int8-gpu", f"cmlm_plugin error: {error.value}")  # docs/reliability.md
 
 
 def test_decoder_impl_flag_reaches_the_generator(data_dir):
@@ -209,7 +206,5 @@ def test_int8_without_torch_quantized_kernels_names_the_fix(monkeypatch):
 def test_int8_refuses_a_half_precision_model(data_dir):
     task, model = tiny_model(data_dir)
     model = model.to(torch.bfloat16)
-    gen = task.build_generator([model], argparse.Namespace(iter_decode_max_iter=2))
-    gen.decoder_impl = "int8"
     with pytest.raises(CMLMPluginError, match="drop --fp16/--bf16"):
-        gen.fast_paths(model, torch.device("cpu"))
+        inference_path(model, "int8", CPU)

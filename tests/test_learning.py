@@ -9,8 +9,8 @@ the reference (whose style is random, so about 50 is the ceiling for consistent
 outputs), plus two direct measures: content accuracy ignoring style, and the
 fraction of outputs written in one style only.
 
-Thresholds were set from runs with four seeds on the 2-core CPU (see README,
-"Learning test"), below the worst of them; the test itself uses seed 1.
+Thresholds were set from four runs with three seeds on the 2-core CPU (see
+docs/training.md, "Learning test"), below the worst of them; the test itself uses seed 1.
 """
 
 import re

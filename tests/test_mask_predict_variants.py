@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_decoding_unit import MASK, PAD, FakeModel
 
-from cmlm_plugin.decoding import mask_predict
-from cmlm_plugin.decoding.confidence import position_confidence
-from cmlm_plugin.decoding.schedules import REMASK_SCHEDULES, remask_count
+from cmlm_decoding import MaskPredictOptions, mask_predict
+from cmlm_decoding.confidence import position_confidence
+from cmlm_decoding.schedules import REMASK_SCHEDULES, remask_count
 
 
 def counts(n, passes, schedule, ratio=0.5):
@@ -74,7 +74,13 @@ class SharperLater(FakeModel):
 def test_monotone_never_remasks_a_kept_token():
     lengths = torch.tensor([12, 9])
     model = SharperLater(2, 12, seed=5)
-    mask_predict(model, lengths, 6, MASK, PAD, force_max_iter=True, monotone=True)
+    mask_predict(
+        model,
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=6, force_max_iter=True, monotone=True),
+    )
     fixed = torch.zeros(2, 12, dtype=torch.bool)
     for tokens, _ in model.calls[1:]:
         remasked = tokens.eq(MASK)
@@ -85,7 +91,7 @@ def test_monotone_never_remasks_a_kept_token():
 def test_paper_mode_may_remask_a_kept_token():
     lengths = torch.tensor([12, 9])
     model = SharperLater(2, 12, seed=5)
-    mask_predict(model, lengths, 6, MASK, PAD, force_max_iter=True)
+    mask_predict(model, lengths, MASK, PAD, MaskPredictOptions(num_passes=6, force_max_iter=True))
     kept_then_remasked = False
     fixed = torch.zeros(2, 12, dtype=torch.bool)
     for tokens, _ in model.calls[1:]:
@@ -98,10 +104,7 @@ def test_paper_mode_may_remask_a_kept_token():
 @pytest.mark.parametrize("schedule", REMASK_SCHEDULES)
 def test_variants_decode_every_position(confidence, schedule):
     lengths = torch.tensor([7, 3, 1])
-    out = mask_predict(
-        FakeModel(3, 7), lengths, 5, MASK, PAD, schedule=schedule, confidence=confidence,
-        calibration_temperature=1.5,
-    )  # fmt: skip
+    out = mask_predict(FakeModel(3, 7), lengths, MASK, PAD, MaskPredictOptions(num_passes=5, schedule=schedule, confidence=confidence, calibration_temperature=1.5))  # fmt: skip
     assert not out.tokens.eq(MASK).any()
     assert torch.equal(out.tokens.ne(PAD).sum(1), lengths)
 
@@ -112,7 +115,13 @@ def test_consistency_ranks_unchanged_tokens_as_confident():
     lengths = torch.tensor([10])
     model = FakeModel(1, 10, seed=1)
     model.mix.zero_()
-    mask_predict(model, lengths, 3, MASK, PAD, force_max_iter=True, confidence="consistency")
+    mask_predict(
+        model,
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=3, force_max_iter=True, confidence="consistency"),
+    )
     second, third = model.calls[1][0].eq(MASK), model.calls[2][0].eq(MASK)
     assert int(second.sum()) == 6 and int(third.sum()) == 3
     assert not (second & third).any()
@@ -129,7 +138,14 @@ def test_template_tokens_never_change_and_counts_follow_the_masks(lengths, passe
     template = torch.where(free, torch.full_like(given_tokens, MASK), given_tokens)
     template = template.masked_fill(~real, PAD)
     model = FakeModel(len(lengths), width, seed=seed)
-    out = mask_predict(model, lengths, passes, MASK, PAD, template=template, force_max_iter=True)
+    out = mask_predict(
+        model,
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=passes, force_max_iter=True),
+        template=template,
+    )
     assert torch.equal(out.tokens[real & ~free], template[real & ~free])
     assert not out.tokens.eq(MASK).any()
     n_free = free.sum(1)
@@ -140,11 +156,23 @@ def test_template_tokens_never_change_and_counts_follow_the_masks(lengths, passe
 @pytest.mark.parametrize("force", [True, False])
 def test_length_pruning_continues_only_the_best_candidates(force):
     lengths = torch.tensor([6, 4, 8, 5, 5, 7])  # 2 sentences x 3 length candidates
-    full = mask_predict(FakeModel(6, 8, seed=5), lengths, 5, MASK, PAD, force_max_iter=force)
-    after_one = mask_predict(FakeModel(6, 8, seed=5), lengths, 1, MASK, PAD)
+    full = mask_predict(
+        FakeModel(6, 8, seed=5),
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=5, force_max_iter=force),
+    )
+    after_one = mask_predict(
+        FakeModel(6, 8, seed=5), lengths, MASK, PAD, MaskPredictOptions(num_passes=1)
+    )
     model = FakeModel(6, 8, seed=5)
     pruned = mask_predict(
-        model, lengths, 5, MASK, PAD, force_max_iter=force, prune_after=1, prune_keep=1, beam=3
+        model,
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=5, force_max_iter=force, prune_after=1, prune_keep=1, beam=3),
     )
     best_after_one = after_one.scores.view(2, 3).argmax(dim=1) + torch.tensor([0, 3])  # (2,)
     kept = torch.zeros(6, dtype=torch.bool)
@@ -160,11 +188,23 @@ def test_length_pruning_continues_only_the_best_candidates(force):
 
 def test_length_pruning_that_keeps_every_candidate_changes_nothing():
     lengths = torch.tensor([6, 4, 8, 5])
-    plain = mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD)
-    same = mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD, prune_after=2, prune_keep=2, beam=2)
+    plain = mask_predict(FakeModel(4, 8), lengths, MASK, PAD, MaskPredictOptions(num_passes=4))
+    same = mask_predict(
+        FakeModel(4, 8),
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=4, prune_after=2, prune_keep=2, beam=2),
+    )
     assert torch.equal(plain.tokens, same.tokens) and torch.equal(plain.scores, same.scores)
     with pytest.raises(ValueError, match="prune_keep"):
-        mask_predict(FakeModel(4, 8), lengths, 4, MASK, PAD, prune_after=1, prune_keep=0, beam=2)
+        mask_predict(
+            FakeModel(4, 8),
+            lengths,
+            MASK,
+            PAD,
+            MaskPredictOptions(num_passes=4, prune_after=1, prune_keep=0, beam=2),
+        )
 
 
 class ConstantModel:
@@ -183,23 +223,34 @@ class ConstantModel:
 
 def test_stop_unchanged_stops_after_a_pass_that_changes_nothing():
     lengths = torch.tensor([9, 6])
-    full = mask_predict(ConstantModel(), lengths, 6, MASK, PAD)
+    full = mask_predict(ConstantModel(), lengths, MASK, PAD, MaskPredictOptions(num_passes=6))
     model = ConstantModel()
-    early = mask_predict(model, lengths, 6, MASK, PAD, stop_unchanged=True)
+    early = mask_predict(
+        model, lengths, MASK, PAD, MaskPredictOptions(num_passes=6, stop_unchanged=True)
+    )
     assert full.steps.tolist() == [6, 6] and early.steps.tolist() == [2, 2]
     assert model.calls == 2  # no third pass for anyone
     assert torch.equal(early.tokens, full.tokens) and not early.tokens.eq(MASK).any()
-    forced = mask_predict(ConstantModel(), lengths, 6, MASK, PAD, stop_unchanged=True,
-                          force_max_iter=True)  # fmt: skip
+    forced = mask_predict(ConstantModel(), lengths, MASK, PAD, MaskPredictOptions(num_passes=6, stop_unchanged=True, force_max_iter=True))  # fmt: skip
     assert forced.steps.tolist() == [6, 6]
 
 
 @given(st.lists(st.integers(1, 9), min_size=1, max_size=5), st.integers(1, 6), st.integers(0, 99))
 def test_stop_unchanged_rows_never_hold_masks_and_stop_no_later(lengths, passes, seed):
     lengths = torch.tensor(lengths)
-    full = mask_predict(FakeModel(len(lengths), 9, seed=seed), lengths, passes, MASK, PAD)
+    full = mask_predict(
+        FakeModel(len(lengths), 9, seed=seed),
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=passes),
+    )
     early = mask_predict(
-        FakeModel(len(lengths), 9, seed=seed), lengths, passes, MASK, PAD, stop_unchanged=True
+        FakeModel(len(lengths), 9, seed=seed),
+        lengths,
+        MASK,
+        PAD,
+        MaskPredictOptions(num_passes=passes, stop_unchanged=True),
     )
     assert not early.tokens.eq(MASK).any()
     assert torch.equal(early.tokens.ne(PAD).sum(1), lengths)

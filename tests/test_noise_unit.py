@@ -1,4 +1,4 @@
-"""Unit tests of the CMLM training noise (``cmlm_plugin.noise``)."""
+"""Unit tests of the CMLM training noise (``cmlm_plugin.training.noise``)."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmlm_plugin.noise import uniform_mask
+from cmlm_plugin.training.noise import uniform_mask
 
 PAD, BOS, EOS, MASK = 1, 0, 2, 9
 SPECIAL = [PAD, BOS, EOS, MASK]
@@ -80,7 +80,7 @@ def test_bad_ratio_range_is_rejected():
 
 # --- masked diffusion forward process and empty sources ------------------------
 
-from cmlm_plugin.noise import diffusion_mask, empty_sources  # noqa: E402
+from cmlm_plugin.training.noise import diffusion_mask, empty_sources  # noqa: E402
 
 
 def test_diffusion_mask_rate_follows_p():

@@ -129,16 +129,16 @@ def test_decode_speed_benchmark_runs_side_by_side(tiny_run, fairseq_cmlm, autore
     theirs, ours = fairseq_cmlm
     run(
         sys.executable, ROOT / "benchmarks/decode_speed.py", tiny_run / "bin", "--ours", ours,
-        "--fairseq-cmlm", theirs, "--ar", autoregressive, "--configs", "1x1,3x2", "--beams", "2",
-        "--batch-sizes", "1,8", "--sentences", "6,20", "--repeats", "1", "--lengths", "4,8",
-        "--length-sentences", "2", "--cpu", "--out", tmp_path,
+        "--fairseq-cmlm", theirs, "--ar", autoregressive, "--configs", "T=1,l=1", "T=3,l=2",
+        "--beams", "2", "--batch-sizes", "1,8", "--sentences", "6,20", "--repeats", "1",
+        "--lengths", "4,8", "--length-sentences", "2", "--cpu", "--out", tmp_path,
     )  # fmt: skip
     report = json.loads((tmp_path / "decode_speed.json").read_text())
     rows = {(r["system"], r["batch"]): r for r in report["rows"]}
     assert len(rows) == 2 * (2 * 2 + 1)
     # identical weights and, at l=1, identical algorithm: identical BLEU
-    assert rows["ours T=1 l=1", 8]["bleu"] == rows["fairseq T=1 l=1", 8]["bleu"]
-    assert 1.0 <= rows["fairseq T=3 l=2", 8]["passes_per_sentence"] <= 3.0
+    assert rows["ours T=1,l=1", 8]["bleu"] == rows["fairseq T=1,l=1", 8]["bleu"]
+    assert 1.0 <= rows["fairseq T=3,l=2", 8]["passes_per_sentence"] <= 3.0
     assert all(r["sentences"] == (6 if r["batch"] == 1 else 20) for r in report["rows"])
     assert any("ours / fairseq's generator" in line for line in report["ratios"])
     assert {r["length"] for r in report["length_scaling"]} == {4, 8}

@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cmlm_plugin.checkpoints.convert import DISABLED, _shifted_length_head
 from cmlm_plugin.cli import table
-from cmlm_plugin.convert import DISABLED, _shifted_length_head
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.models.frames import add_frame, prepend_bos
 
@@ -66,8 +66,8 @@ def test_numbers_refuse_bad_lists():
 def test_fairseq_cmlm_gets_one_pass_less_and_ours_the_same_t():
     args = table.build_parser().parse_args(["DATA", "--cmlm", "x.pt"])
     args.user_dir = "plugin"
-    ours = table.command(dict(kind="cmlm", path="x.pt", T=10, l=5), args)
-    theirs = table.command(dict(kind="fairseq-cmlm", path="y.pt", T=10, l=5), args)
+    ours = table.command(dict(kind="cmlm", path="x.pt", config="T=10,l=5"), args)
+    theirs = table.command(dict(kind="fairseq-cmlm", path="y.pt", config="T=10,l=5"), args)
     ar = table.command(dict(kind="ar", path="z.pt", beam=5), args)
     assert ours[ours.index("--iter-decode-max-iter") + 1] == "10"
     assert theirs[theirs.index("--iter-decode-max-iter") + 1] == "9"

@@ -17,8 +17,7 @@ def main(argv=None) -> None:
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     import cmlm_plugin  # noqa: F401  (registers the task and model)
-
-    from ..calibration import fit_temperature, tempered_nll
+    from cmlm_decoding.calibration import fit_temperature, tempered_nll
 
     parser = options.get_validation_parser(default_task="cmlm")
     parser.add_argument("--max-positions", type=int, default=20000,

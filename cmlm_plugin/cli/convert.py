@@ -5,7 +5,7 @@
 
 ``fairseq-cmlm`` reads a fairseq ``cmlm_transformer`` checkpoint (task
 ``translation_lev``), ``mask-predict`` one of the original Mask-Predict code
-(``bert_transformer_seq2seq``); the mappings live in ``cmlm_plugin.convert``.
+(``bert_transformer_seq2seq``); the mappings live in ``cmlm_plugin.checkpoints.convert``.
 DATA_BIN is the binarized data the model was trained on (its ``dict.*.txt``): the
 converted model is built by ``--task cmlm`` on it and loaded strictly, so a missing
 or extra weight is an error here, not at decoding time. The output decodes with
@@ -54,7 +54,7 @@ def _task_and_cfg(data, source_lang, target_lang):
 
 def _model_args(source, state, heads):
     """Our model options: the source's own sizes and framing (argparse.Namespace)."""
-    from .. import convert
+    from ..checkpoints import convert
     from ..models.cmlm_transformer import MODEL_NAME, cmlm_plugin_base
 
     if source == "fairseq-cmlm":
@@ -90,8 +90,8 @@ def _model_args(source, state, heads):
 
 def convert_checkpoint(source, path, output, data, source_lang=None, target_lang=None, heads=None):
     """Convert ``path`` into ``output``; returns the converted model."""
-    from .. import convert
-    from ..checkpoint_errors import read_error
+    from ..checkpoints import convert
+    from ..checkpoints.errors import read_error
     from ..errors import CMLMPluginError
 
     if os.path.abspath(path) == os.path.abspath(output):

@@ -1,22 +1,26 @@
 """``cmlm-table``: the Mask-Predict paper's BLEU table (Ghazvininejad et al., 2019, Table 1).
 
     cmlm-table DATA_BIN --cmlm [LABEL=]CKPT [--fairseq-cmlm [LABEL=]CKPT] [--ar [LABEL=]CKPT]
-        [--iters 1,2,4,10] [--length-beams 1,2,3,5] [--beams 1,5] [--pair wmt14-en-de]
+        [--iters 1,2,4,10] [--length-beams 1,2,3,5] [--configs CONFIG...] [--beams 1,5]
+        [--pair wmt14-en-de]
         [--remove-bpe sentencepiece] [--tokenized-bleu] [--compound-split] [--cpu]
         [--markdown OUT.md] [--json OUT.json] [--plot OUT.png]
 
 Every cell is one run of the real ``fairseq-generate`` on the test set: our models
-(``--task cmlm``) at each T (decoder passes) and l (length candidates); fairseq's own
-``cmlm_transformer`` (``--task translation_lev``) at the same T and l, passed to it as
-``--iter-decode-max-iter T-1`` because fairseq counts its first pass apart; an
-autoregressive fairseq ``transformer`` at each beam size. For each cell: sacreBLEU on
-detokenized text (signature printed; ``--tokenize zh`` for Chinese), optionally tokenized BLEU (``--tokenized-bleu``:
-sacreBLEU's 13a tokens scored without further tokenization, with ``##AT##-##AT##``
-compound splitting under ``--compound-split`` -- close to, not identical with, the
-paper's Moses tokenizer + multi-bleu), sentences/s and tokens/s as fairseq-generate
-times them (model loading excluded), decoder passes per sentence (``--print-step``), and
-the outputs that still hold ``<mask>`` or ``<unk>``. The paper's numbers are printed
-beside ours where ``--pair`` names one of its language pairs.
+(``--task cmlm``) at each decoding configuration (``cli/decode_config.py``: ``--configs
+T=10,l=5 S=10,b=4 ...``; ``--iters`` x ``--length-beams`` is the grid of ``T=t,l=n``, the
+default when ``--configs`` is not given); fairseq's own ``cmlm_transformer`` (``--task
+translation_lev``) at the same T and l for every configuration it can run (T and l only),
+passed to it as ``--iter-decode-max-iter T-1`` because fairseq counts its first pass apart;
+an autoregressive fairseq ``transformer`` at each beam size. For each cell: sacreBLEU on
+detokenized text (signature printed; ``--tokenize zh`` for Chinese), optionally tokenized
+BLEU (``--tokenized-bleu``: sacreBLEU's 13a tokens scored without further tokenization,
+with ``##AT##-##AT##`` compound splitting under ``--compound-split`` -- close to, not
+identical with, the paper's Moses tokenizer + multi-bleu), sentences/s and tokens/s as
+fairseq-generate times them (model loading excluded), decoder passes per sentence
+(``--print-step``), and the outputs that still hold ``<mask>`` or ``<unk>``. Cells beyond
+plain T and l get a ``config`` column. The paper's numbers are printed beside ours where
+``--pair`` names one of its language pairs (plain T and l cells only).
 """
 
 import argparse
@@ -29,6 +33,7 @@ import sys
 from typing import Dict, List, Optional
 
 from ..errors import CMLMPluginError
+from .decode_config import argument, grid, parse
 
 # Table 1, CMLM-base with mask-predict, T=10, l=5, distilled data. These four cells
 # are the ones this project could check (the issue's figures, the same values quoted
@@ -113,6 +118,15 @@ def scores(
     return out
 
 
+def configs(args) -> List:
+    """The configurations: the --iters x --length-beams grid, then --configs, once each."""
+    chosen = list(args.configs or [])
+    if args.iters or args.length_beams or not chosen:
+        iters = numbers(args.iters or "1,2,4,10", "--iters")
+        chosen = grid(iters, numbers(args.length_beams or "1,2,3,5", "--length-beams")) + chosen
+    return list(dict.fromkeys(chosen))
+
+
 def cells(args) -> List[Dict]:
     """The runs to make: one dict per table cell."""
     out = []
@@ -123,10 +137,13 @@ def cells(args) -> List[Dict]:
             if kind == "ar":
                 out += [dict(kind=kind, label=label, path=path, beam=b) for b in args.beams]
                 continue
-            for t in args.iters:
-                out += [
-                    dict(kind=kind, label=label, path=path, T=t, l=l) for l in args.length_beams
-                ]
+            chosen = args.configs
+            if kind == "fairseq-cmlm":  # its generator runs T and l only (impl is ours)
+                chosen = dict.fromkeys(c.baseline() for c in chosen if c.fairseq_comparable)
+            for config in chosen:
+                cell = dict(kind=kind, label=label, path=path, config=str(config))
+                out.append({**cell, "T": config.calls, "l": config.length_beams,
+                            "plain": config.plain})  # fmt: skip
     return out
 
 
@@ -148,10 +165,11 @@ def command(cell: Dict, args) -> List[str]:
         base.append("--cpu")
     if cell["kind"] == "ar":
         return base + ["--task", "translation", "--beam", str(cell["beam"])]
-    iters = cell["T"] if cell["kind"] == "cmlm" else cell["T"] - 1  # fairseq: T-1 more passes
-    task = "cmlm" if cell["kind"] == "cmlm" else "translation_lev"
-    return base + ["--task", task, "--iter-decode-max-iter", str(iters),
-                   "--iter-decode-with-beam", str(cell["l"]), "--print-step"]  # fmt: skip
+    config = parse(cell["config"])
+    if cell["kind"] == "cmlm":
+        return base + ["--task", "cmlm", *config.flags(), "--print-step"]
+    # fairseq's generator: --iter-decode-max-iter T-1 (it counts the passes after the first)
+    return base + ["--task", "translation_lev", *config.fairseq_flags(), "--print-step"]
 
 
 def run_cell(cell: Dict, args) -> Dict:
@@ -171,16 +189,20 @@ def run_cell(cell: Dict, args) -> Dict:
 def describe(cell: Dict) -> str:
     if cell["kind"] == "ar":
         return f"{cell['label']} beam {cell['beam']}"
-    return f"{cell['label']} T={cell['T']} l={cell['l']}"
+    return f"{cell['label']} {cell['config']}"
 
 
 def markdown(rows: List[Dict], pair: Optional[str], tokenized: bool) -> str:
-    head = ["system", "T", "l / beam", "sacreBLEU"] + (["tok. BLEU"] * tokenized)
+    configs = any(not r.get("plain", True) for r in rows if r["kind"] != "ar")
+    head = ["system", "T", "l / beam"] + (["config"] * configs) + ["sacreBLEU"]
+    head += ["tok. BLEU"] * tokenized
     head += ["sent/s", "tokens/s", "passes/sent", "with <mask>/<unk>"] + (["paper"] if pair else [])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         ar = r["kind"] == "ar"
         cols = [r["label"], "AR" if ar else str(r["T"]), str(r["beam"] if ar else r["l"])]
+        if configs:
+            cols.append("-" if ar else r["config"])
         cols.append(f"{r['sacrebleu']:.2f}")
         if tokenized:
             cols.append(f"{r['tokenized_bleu']:.2f}")
@@ -188,10 +210,18 @@ def markdown(rows: List[Dict], pair: Optional[str], tokenized: bool) -> str:
         cols.append("-" if r["passes"] is None else f"{r['passes']:.2f}")
         cols.append(f"{r['with_mask_or_unk']} / {r['sentences']}")
         if pair:
-            paper = None if ar else PAPER.get((pair, r["T"], r["l"]))
+            plain = not ar and r.get("plain", True)
+            paper = PAPER.get((pair, r["T"], r["l"])) if plain else None
             cols.append("-" if paper is None else f"{paper:.2f}")
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines)
+
+
+def series(row: Dict) -> str:
+    """A row's configuration without its T (or S): one line of the BLEU-vs-T plot."""
+    config = parse(row["config"])
+    rest = ",".join(config.items()[1:])
+    return f"diffusion {rest}" if config.diffusion else rest
 
 
 def plot(rows: List[Dict], path: str) -> None:
@@ -208,7 +238,7 @@ def plot(rows: List[Dict], path: str) -> None:
     fig, (by_t, by_speed) = plt.subplots(1, 2, figsize=(11, 4.2))
     groups: Dict = {}
     for r in rows:
-        key = (r["label"], "AR" if r["kind"] == "ar" else f"l={r['l']}")
+        key = (r["label"], "AR" if r["kind"] == "ar" else series(r))
         groups.setdefault(key, []).append(r)
     for i, ((label, sub), members) in enumerate(groups.items()):
         name = f"{label} (beams)" if sub == "AR" else f"{label} {sub}"
@@ -217,7 +247,8 @@ def plot(rows: List[Dict], path: str) -> None:
         if members[0]["kind"] != "ar":
             by_t.plot([m["T"] for m in members], ys, "o-", **style)
         by_speed.plot(xs, ys, "o-" if members[0]["kind"] != "ar" else "s--", **style)
-    by_t.set(xlabel="decoder passes T", ylabel="sacreBLEU", xscale="log", title="BLEU vs T")
+    by_t.set(xlabel="decoder passes T (steps S)", ylabel="sacreBLEU", xscale="log",
+             title="BLEU vs T")  # fmt: skip
     by_speed.set(xlabel="sentences / s", ylabel="sacreBLEU", xscale="log", title="BLEU vs speed")
     for ax in (by_t, by_speed):
         ax.grid(alpha=0.3)
@@ -234,8 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fairseq's cmlm_transformer (task translation_lev)")  # fmt: skip
     p.add_argument("--ar", action="append", metavar="[LABEL=]CKPT",
                    help="autoregressive fairseq transformer (task translation)")  # fmt: skip
-    p.add_argument("--iters", default="1,2,4,10", help="decoder passes T (default 1,2,4,10)")
-    p.add_argument("--length-beams", default="1,2,3,5", help="length candidates l")
+    p.add_argument("--iters", help="grid of decoder passes T (default 1,2,4,10)")
+    p.add_argument("--length-beams", help="grid of length candidates l (default 1,2,3,5)")
+    p.add_argument("--configs", nargs="+", type=argument, metavar="CONFIG",
+                   help="decoding configurations, e.g. T=10,l=5 T=10,l=5,prune=1 S=10,b=4 "
+                   "(cli/decode_config.py; added to the --iters x --length-beams grid when "
+                   "those are given)")  # fmt: skip
     p.add_argument("--beams", default="1,5", help="beam sizes of --ar models")
     p.add_argument("--pair", choices=PAIRS, help="print the paper's numbers for this pair")
     p.add_argument("--subset", default="test")
@@ -262,8 +297,7 @@ def main(argv=None) -> None:
         raise CMLMPluginError("nothing to decode: give --cmlm, --fairseq-cmlm or --ar CKPT")
     if args.compound_split and not args.tokenized_bleu:
         raise CMLMPluginError("--compound-split applies to tokenized BLEU: add --tokenized-bleu")
-    args.iters = numbers(args.iters, "--iters")
-    args.length_beams = numbers(args.length_beams, "--length-beams")
+    args.configs = configs(args)
     args.beams = numbers(args.beams, "--beams")
     if args.user_dir is None:
         import os

@@ -87,6 +87,7 @@ class CMLMPluginLoss(FairseqCriterion):
             net_input["src_lengths"],
             sample["prev_target"],
             sample["target"],
+            revise=sample.get("revise"),
         )
         ntokens = int(sample["target"].ne(self.padding_idx).sum())
         weights = {}

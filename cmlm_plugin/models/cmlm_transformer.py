@@ -8,7 +8,8 @@ encoder; a length head (``length_head.py``) predicts the target length from the
 encoder. Decoder inputs are the real target tokens only (no BOS/EOS), some of
 them replaced by ``<mask>``.
 
-The model owns one step; the loop lives in ``cmlm_plugin.decoding``.
+The model owns one step (its inference paths: ``models.inference``); the loops live in
+``cmlm_decoding``.
 ``forward`` returns a dict of loss terms that the criterion sums.
 """
 
@@ -169,32 +170,51 @@ class CMLMPluginModel(TransformerModel):
         src_lengths: Tensor,
         prev_output_tokens: Tensor,
         tgt_tokens: Optional[Tensor] = None,
+        revise=None,
         **unused,
     ):
         """Training forward: loss terms for the masked positions and the length.
 
         ``prev_output_tokens`` is the noisy target (``B x T``, real tokens and
         ``<mask>``, right-padded); ``tgt_tokens`` the clean one. The output
-        projection runs only at masked positions.
+        projection runs only at the positions the loss covers: the masked ones, or
+        those ``revise`` returns. ``revise(prev, predicted) -> (input, loss_positions)``
+        (glancing, self-correction: ``training.second_pass``) gets the tokens a first
+        pass without gradients predicts at the masked positions and returns the input
+        of the trained pass.
         """
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
         padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
         length_logits = self.length_logits(encoder_out)  # B x C
+        loss_positions = prev_output_tokens.eq(self.mask_idx)  # B x T
+        if revise is not None:
+            predicted = self.first_pass(prev_output_tokens, encoder_out)  # B x T
+            prev_output_tokens, loss_positions = revise(prev_output_tokens, predicted)
         features, _ = self.decoder(
             prev_output_tokens, encoder_out=encoder_out, features_only=True
         )  # B x T x C
-        masked = prev_output_tokens.eq(self.mask_idx)  # B x T
-        word_logits = self.decoder.output_layer(features[masked])  # M x V
+        word_logits = self.decoder.output_layer(features[loss_positions])  # M x V
         terms = {"word_ins": {"out": word_logits}, "length": {"out": length_logits}}
         if tgt_tokens is not None:
             pad, eos = self.decoder.dictionary.pad(), self.decoder.dictionary.eos()
             target_lengths = (tgt_tokens.ne(pad) & tgt_tokens.ne(eos)).sum(dim=1)  # B
             source_lengths = (~padding_mask).sum(dim=1)  # B
-            terms["word_ins"]["tgt"] = tgt_tokens[masked]  # M
+            terms["word_ins"]["tgt"] = tgt_tokens[loss_positions]  # M
             terms["length"]["tgt"] = self.length_head.target_classes(
                 target_lengths, source_lengths
             )  # B
         return terms
+
+    @torch.no_grad()
+    def first_pass(self, tokens: Tensor, encoder_out: Dict) -> Tensor:
+        """``B x T``: ``tokens`` with each ``<mask>`` replaced by the decoder's argmax
+        (pad, BOS, EOS and ``<mask>`` excluded), no gradients; dropout as in training."""
+        masked = tokens.eq(self.mask_idx)  # B x T
+        logits = self.decoder_logits(tokens, encoder_out, masked).float()  # M x V
+        dictionary = self.decoder.dictionary
+        banned = [dictionary.pad(), dictionary.bos(), dictionary.eos(), self.mask_idx]
+        logits[:, banned] = float("-inf")
+        return tokens.masked_scatter(masked, logits.argmax(dim=-1))  # B x T
 
 
 def _cmlm_defaults(args):

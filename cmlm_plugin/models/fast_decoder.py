@@ -17,7 +17,7 @@ Outputs equal the module forward up to float rounding (``tests/test_fast_decoder
 With ``int8=True`` (CPU only) every linear layer, the output projection included, is a
 dynamically quantized int8 matrix product (fbgemm; per-output-channel symmetric weight
 scales, activations quantized per call): faster on CPU, logits change slightly (a
-deviation from the trained float model, off by default; BLEU measured in the README).
+deviation from the trained float model, off by default; BLEU measured in docs/speed.md).
 torch 2.13 marks its quantized-tensor constructors deprecated; where a torch lacks
 them, ``int8`` stops with an error naming ``fast``.
 """

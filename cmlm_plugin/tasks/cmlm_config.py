@@ -11,13 +11,15 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks.translation import TranslationConfig
 
-from ..decoding.confidence import CONFIDENCES
-from ..decoding.sampling import REMASKING
-from ..decoding.schedules import REMASK_SCHEDULES
+from cmlm_decoding.confidence import CONFIDENCES
+from cmlm_decoding.sampling import REMASKING
+from cmlm_decoding.schedules import REMASK_SCHEDULES
+
+from ..models.inference import INFERENCE_PATHS
 
 OBJECTIVES = ChoiceEnum(["cmlm", "diffusion"])
 DECODINGS = ChoiceEnum(["mask_predict", "diffusion"])
-DECODER_IMPLS = ["fast", "int8", "modules"]
+DECODER_IMPLS = list(INFERENCE_PATHS)  # models/inference.py: one class per path
 
 
 @dataclass
@@ -42,6 +44,34 @@ class CMLMConfig(TranslationConfig):
     mask_ratio_max: float = field(
         default=1.0,
         metadata={"help": "cmlm objective: upper bound on the fraction of target tokens masked"},
+    )
+    glancing_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "cmlm objective: glancing training (GLAT; 0: off): a first pass "
+            "without gradients predicts the masked tokens and floor(ratio * errors) of "
+            "them are revealed from the reference before the trained pass (GLAT: 0.5)"
+        },
+    )
+    glancing_ratio_end: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "glancing ratio reached after --glancing-anneal-updates, linearly "
+            "from --glancing-ratio (GLAT: 0.3; default: no annealing)"
+        },
+    )
+    glancing_anneal_updates: int = field(
+        default=0,
+        metadata={"help": "updates over which the glancing ratio is annealed (0: constant)"},
+    )
+    self_correction: float = field(
+        default=0.0,
+        metadata={
+            "help": "cmlm objective: probability per sentence of self-correction training "
+            "(SMART/CMLMC; 0: off): the first pass's predictions fill the masked "
+            "positions, a fresh mask is drawn, and the loss also covers the observed "
+            "positions that hold the model's predictions"
+        },
     )
     diffusion_eps: float = field(
         default=1e-3,
@@ -104,6 +134,14 @@ class CMLMConfig(TranslationConfig):
     length_prune_keep: int = field(
         default=1,
         metadata={"help": "mask_predict: length candidates kept by --length-prune-after"},
+    )
+    length_prior_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "length candidates are ranked by mean token log-probability + W * the "
+            "length head's log-probability of their length (0: the paper's rule, the mean "
+            "log-probability alone, which favours short candidates)"
+        },
     )
     stop_unchanged: bool = field(
         default=False,

@@ -12,8 +12,13 @@ Targets are used without their EOS: the decoder sees and predicts the n real
 tokens, and the length head predicts n.
 
 Bad flags, a model of another architecture, split dictionaries and over-long
-sentences stop at start-up with a one-line ``CMLMPluginError`` (README, "Bad input").
+sentences of a binarized test set stop at start-up with a one-line ``CMLMPluginError``
+(docs/reliability.md, "Bad input"). Raw text (``fairseq-interactive``, the hub interface) is
+different: an over-long sentence there is skipped with a warning on stderr and gets
+an empty output, so that every input line still gets exactly one output, in order.
 """
+
+import sys
 
 import torch
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
@@ -21,13 +26,34 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import TranslationTask
 
 from ..errors import CMLMPluginError
-from ..generator import build_generator
+from ..generation.generator import build_generator
 from ..models.cmlm_transformer import CMLMPluginModel
-from ..noise import diffusion_mask, empty_sources, uniform_mask
 from ..symbols import MASK_SYMBOL, mask_index
+from ..training.noise import diffusion_mask, empty_sources, uniform_mask
+from ..training.second_pass import glancing_input, glancing_ratio, self_correction_input
 from .cmlm_config import CMLMConfig
 
 TASK_NAME = "cmlm"
+INFERENCE_FIRST_ID = "cmlm_first_id"  # set on raw-text datasets: the id of their first line
+
+
+def check_second_pass(cfg) -> None:
+    """Start-up checks of the glancing and self-correction flags."""
+    end = cfg.glancing_ratio_end
+    for flag, value in (("--glancing-ratio", cfg.glancing_ratio), ("--glancing-ratio-end", end),
+                        ("--self-correction", cfg.self_correction)):  # fmt: skip
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise CMLMPluginError(f"{flag} must be in [0, 1], got {value}")
+    if cfg.glancing_anneal_updates < 0:
+        raise CMLMPluginError(
+            f"--glancing-anneal-updates must be >= 0, got {cfg.glancing_anneal_updates}"
+        )
+    used = cfg.glancing_ratio > 0 or cfg.self_correction > 0
+    if used and cfg.objective != "cmlm":
+        raise CMLMPluginError(
+            "--glancing-ratio and --self-correction train the cmlm objective: drop them "
+            "or use --objective cmlm"
+        )
 
 
 @register_task(TASK_NAME, dataclass=CMLMConfig)
@@ -49,6 +75,7 @@ class CMLMPluginTask(TranslationTask):
             raise CMLMPluginError(f"--mc-samples must be >= 1, got {cfg.mc_samples}")
         if cfg.eos_fill and cfg.objective != "diffusion":
             raise CMLMPluginError("--eos-fill belongs to --objective diffusion")
+        check_second_pass(cfg)
         if cfg.diffusion_steps < 0:
             raise CMLMPluginError(
                 "--diffusion-steps must be >= 1 (0: --iter-decode-max-iter), "
@@ -82,6 +109,49 @@ class CMLMPluginTask(TranslationTask):
                 "--joined-dictionary"
             )
         return super().build_model(cfg, from_checkpoint)
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """fairseq's dataset of raw text, marked with the running id of its first line.
+
+        ``fairseq-interactive`` builds one per ``--buffer-size`` lines, in input order,
+        so the running count is the id of the ``S-``/``H-`` lines it prints (the hub
+        interface builds one per call: its count runs on across calls).
+        """
+        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        first_id = getattr(self, "_inference_lines", 0)
+        setattr(dataset, INFERENCE_FIRST_ID, first_id)
+        self._inference_lines = first_id + len(dataset)
+        return dataset
+
+    def blank_long_sources(self, dataset, max_positions) -> None:
+        """Replace each raw-text source too long for the model by EOS alone, with a warning.
+
+        The generator returns the empty hypothesis for an EOS-only source, so the
+        sentence keeps its place in the output (fairseq's own filter would drop it,
+        and the hub interface would then pair outputs with the wrong inputs).
+        """
+        if isinstance(max_positions, (tuple, list)):
+            max_positions = max_positions[0]
+        if max_positions is None:
+            return
+        sizes = dataset.src_sizes
+        too_long = [int(i) for i in (sizes > max_positions).nonzero()[0]]
+        if not too_long:
+            return
+        dataset.src = list(dataset.src)  # never the caller's list
+        eos = torch.tensor([self.src_dict.eos()], dtype=torch.long)
+        first_id = getattr(dataset, INFERENCE_FIRST_ID)
+        for i in too_long:
+            start = self.src_dict.string(dataset.src[i][:5])  # dictionary symbols only
+            print(
+                f"cmlm_plugin warning: input line {first_id + i} ({start} …) has "
+                f"{int(sizes[i])} tokens (EOS included) but the model reads at most "
+                f"{max_positions}: skipped, its output is empty; split it into shorter sentences",
+                file=sys.stderr,
+                flush=True,
+            )
+            dataset.src[i] = eos
+            sizes[i] = 1
 
     def filter_indices_by_size(
         self, indices, dataset, max_positions=None, ignore_invalid_inputs=False
@@ -157,7 +227,45 @@ class CMLMPluginTask(TranslationTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         generator = self.noise_generator(sample)
         sample = self.drop_sources(self.add_noise(sample, generator), generator)
+        revise = self.second_pass(sample, update_num, generator)
+        if revise is not None:
+            sample["revise"] = revise
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def second_pass(self, sample, update_num, generator):
+        """The model's ``revise`` function for glancing and self-correction, or None.
+
+        A sentence is rebuilt by self-correction with probability
+        ``--self-correction``; the others get glancing when ``--glancing-ratio`` > 0.
+        All random draws come from the batch's noise ``generator``.
+        """
+        cfg = self.cfg
+        end = cfg.glancing_ratio if cfg.glancing_ratio_end is None else cfg.glancing_ratio_end
+        ratio = glancing_ratio(cfg.glancing_ratio, end, cfg.glancing_anneal_updates, update_num)
+        if ratio <= 0 and cfg.self_correction <= 0:
+            return None
+        target = sample["target"]  # B x T
+        rows = torch.zeros(target.size(0), dtype=torch.bool, device=target.device)  # B
+        remask = None
+        if cfg.self_correction > 0:
+            draw = torch.rand(target.size(0), device=target.device, generator=generator)
+            rows = draw < cfg.self_correction  # B, rebuilt by self-correction
+            remask = uniform_mask(target, self.mask_idx, self.special_ids, generator=generator)
+
+        def revise(prev, predicted):
+            new, loss = prev, prev.eq(self.mask_idx)  # B x T each
+            if ratio > 0:
+                new, loss = glancing_input(prev, target, predicted, self.mask_idx, ratio,
+                                           generator)  # fmt: skip
+            if remask is not None:
+                fixed, fixed_loss = self_correction_input(
+                    prev, target, predicted, remask, self.mask_idx
+                )
+                new = torch.where(rows[:, None], fixed, new)
+                loss = torch.where(rows[:, None], fixed_loss, loss)
+            return new, loss
+
+        return revise
 
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging_output = super().valid_step(
@@ -171,19 +279,47 @@ class CMLMPluginTask(TranslationTask):
                     logging_output[key] = logging_output.get(key, 0) + value
         return loss, sample_size, logging_output
 
-    def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):
+    def get_batch_iterator(
+        self,
+        dataset,
+        max_tokens=None,
+        max_sentences=None,
+        max_positions=None,
+        *args,
+        required_batch_size_multiple=1,
+        disable_iterator_cache=False,
+        **kwargs,
+    ):
         """fairseq's iterator, but evaluation batches are never dropped.
 
         fairseq's main branch drops the last batch when its size is not a multiple of
         ``--required-batch-size-multiple`` (default 8), so fairseq-generate silently
         skips up to 7 test sentences. Splits other than ``train*`` (and inference
         data) are batched with a multiple of 1 so that every sentence is decoded.
+
+        Raw text (``build_dataset_for_inference``) keeps one output per line: a source
+        too long for the model is blanked (``blank_long_sources``), one longer than
+        ``max_tokens`` gets a batch of its own instead of failing the whole run, and
+        the iterator is not cached (fairseq would keep every ``--buffer-size`` block
+        of a ``fairseq-interactive`` stream in memory until the end).
         """
         split = next((k for k, v in self.datasets.items() if v is dataset), None)
         if split is None or not split.startswith("train"):
             required_batch_size_multiple = 1
+        if hasattr(dataset, INFERENCE_FIRST_ID):
+            disable_iterator_cache = True
+            self.blank_long_sources(dataset, max_positions)
+            if max_tokens is not None and len(dataset) > 0:
+                max_tokens = max(max_tokens, int(dataset.src_sizes.max()))
         return super().get_batch_iterator(
-            dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs
+            dataset,
+            max_tokens,
+            max_sentences,
+            max_positions,
+            *args,
+            required_batch_size_multiple=required_batch_size_multiple,
+            disable_iterator_cache=disable_iterator_cache,
+            **kwargs,
         )
 
     def build_generator(self, models, args, **unused):

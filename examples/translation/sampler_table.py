@@ -3,11 +3,13 @@
     python examples/translation/sampler_table.py DATA_BIN CKPT [--subset test] [--cpu]
         [--remove-bpe sentencepiece] [--configs "T=1" "T=10" "S=10,b=8" "S=256,c=0.9"]
 
-Each configuration runs ``fairseq-generate`` once: ``T=k`` is Mask-Predict with k passes,
+Each configuration runs ``fairseq-generate`` once, in the plugin's decoding-configuration
+language (``cmlm_plugin/cli/decode_config.py``): ``T=k`` is Mask-Predict with k passes,
 ``S=k`` the masked-diffusion sampler with k steps, ``b=`` its block length, ``c=`` a
-confidence threshold (Fast-dLLM), ``l=`` the length candidates (default 1). BLEU is
-sacreBLEU as fairseq-generate prints it; calls per sentence are the mean of the ``I-``
-lines (--print-step: passes for Mask-Predict, NFE for diffusion). Prints a Markdown table.
+confidence threshold (Fast-dLLM), ``l=`` the length candidates (default 1); also
+``prune=K``, ``stop`` and ``impl=``. BLEU is sacreBLEU as fairseq-generate prints it; calls
+per sentence are the mean of the ``I-`` lines (--print-step: passes for Mask-Predict, NFE
+for diffusion). Prints a Markdown table, one row per configuration in its canonical form.
 """
 
 import argparse
@@ -16,20 +18,11 @@ import statistics
 import subprocess
 import sys
 
-DEFAULT = ["T=1", "T=4", "T=10", "S=4", "S=10", "S=10,b=4", "S=256", "S=256,c=0.9"]
+from cmlm_plugin.cli.decode_config import argument, parse
 
-
-def flags(config: str):
-    values = dict(part.split("=") for part in config.split(","))
-    out = ["--iter-decode-with-beam", values.get("l", "1"), "--print-step"]
-    if "T" in values:
-        return out + ["--iter-decode-max-iter", values["T"]]
-    out += ["--decoding", "diffusion", "--diffusion-steps", values["S"]]
-    if "b" in values:
-        out += ["--block-length", values["b"]]
-    if "c" in values:
-        out += ["--confidence-threshold", values["c"]]
-    return out
+DEFAULT = [
+    parse(c) for c in ("T=1", "T=4", "T=10", "S=4", "S=10", "S=10,b=4", "S=256", "S=256,c=0.9")
+]
 
 
 def main() -> None:
@@ -41,14 +34,15 @@ def main() -> None:
     parser.add_argument("--remove-bpe", default=None)
     parser.add_argument("--batch-size", default="128")
     parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--configs", nargs="+", default=DEFAULT)
+    parser.add_argument("--configs", nargs="+", type=argument, default=DEFAULT)
     args = parser.parse_args()
 
     print("| sampler | BLEU | model calls / sentence |\n| --- | --- | --- |")
     for config in args.configs:
         command = ["fairseq-generate", args.data, "--user-dir", args.user_dir, "--task", "cmlm",
                    "--path", args.checkpoint, "--gen-subset", args.subset, "--batch-size",
-                   args.batch_size, "--scoring", "sacrebleu", *flags(config)]  # fmt: skip
+                   args.batch_size, "--scoring", "sacrebleu", "--print-step",
+                   *config.flags()]  # fmt: skip
         if args.remove_bpe:
             command += ["--remove-bpe", args.remove_bpe]
         if args.cpu:

@@ -9,15 +9,19 @@
 # MAX_UPDATE (default 1933: the updates the CMLM quickstart reached in 36 minutes on a
 # 2-core CPU) bounds training by updates, so that the two models are compared at equal
 # updates whatever else the machine runs. --required-batch-size-multiple 1 keeps
-# fairseq-generate from dropping the last test sentences (see README, design choices).
+# fairseq-generate from dropping the last test sentences (see docs/design.md, "Design choices").
 # --user-dir loads the plugin only for its weights-only allow-list: with torch >= 2.6
 # fairseq's own checkpoints do not load without it (resume, generate).
+# TRAIN_FLAGS adds or overrides training flags, e.g. validation BLEU to pick a teacher:
+#   TRAIN_FLAGS="--eval-bleu --eval-bleu-detok space --eval-bleu-remove-bpe sentencepiece
+#     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric" bash ...
 set -euo pipefail
 DATA=${1:-work/multi30k}
 SAVE=${2:-work/checkpoints/multi30k-ar}
 MAX_UPDATE=${MAX_UPDATE:-1933}
 DEVICE_FLAGS=${DEVICE_FLAGS:---cpu}
 USER_DIR=${USER_DIR:-$(cmlm-plugin-dir)}
+TRAIN_FLAGS=${TRAIN_FLAGS:-}
 
 fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation --arch transformer \
   --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 \
@@ -27,7 +31,7 @@ fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation --arch trans
   --optimizer adam --adam-betas '(0.9, 0.98)' --weight-decay 0.01 --clip-norm 1.0 \
   --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500 --warmup-init-lr 1e-7 \
   --max-tokens 2048 --max-update "$MAX_UPDATE" --max-epoch 200 \
-  --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS
+  --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS $TRAIN_FLAGS
 
 for beam in 1 5; do
   fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task translation --path "$SAVE/checkpoint_last.pt" \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fairseq's own CMLM (`cmlm_transformer`, task `translation_lev`) of the same size as
 # cmlm_plugin_small, trained on the same Multi30k data with the same optimiser and
-# schedule, for the comparison table (README "Measured on Multi30k"). Decoded here
-# with fairseq's IterativeRefinementGenerator at T=10, l=5.
+# schedule, for the comparison table (docs/reproducing.md, "Multi30k: the table on a CPU
+# budget"). Decoded here with fairseq's IterativeRefinementGenerator at T=10, l=5.
 #
 #   bash examples/translation/train-multi30k-fairseq-cmlm.sh [DATA_DIR] [SAVE_DIR]
 #

@@ -6,7 +6,7 @@
 #
 # DATA_DIR is the output of prepare-multi30k.sh (default work/multi30k).
 # TRAIN_HOURS (default 0.6) bounds the training time; on a GPU, drop --cpu and
-# raise the budget. These are quickstart settings, not the paper's (see README).
+# raise the budget. These are quickstart settings, not the paper's (see docs/reproducing.md).
 # TRAIN_FLAGS adds or overrides training flags, e.g. the masked-diffusion objective:
 #   TRAIN_FLAGS="--objective diffusion --label-smoothing 0" bash ... work/multi30k work/checkpoints/diff
 set -euo pipefail

@@ -16,7 +16,7 @@ import re
 
 from fairseq import checkpoint_utils
 
-from .errors import CMLMPluginError
+from ..errors import CMLMPluginError
 
 
 def read_error(path, exc: BaseException) -> CMLMPluginError:

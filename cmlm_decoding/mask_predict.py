@@ -25,30 +25,96 @@ every row for all T passes.
 Host synchronisation: one per pass after the first (the number of rows still active,
 which sizes the next pass), none with ``force_max_iter`` and no pruning; a
 ``sparse_step`` caller adds one more (the number of re-predicted positions).
+
+Options come as one ``MaskPredictOptions`` record, validated when it is built.
 """
 
-from typing import Callable, List, NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .confidence import position_confidence, select_lowest
-from .schedules import remask_count
-
-# step(tokens, rows) -> log-probs: tokens is n x L (the rows ``rows`` of the
-# batch, or all N rows when rows is None); returns n x L x V log-probabilities.
-# With ``sparse_step``, step(tokens, rows, where) returns M x V log-probabilities for
-# the M positions where the n x L bool ``where`` is True (row-major order) only:
-# the positions this pass re-predicts, so the output projection skips the others.
-StepFn = Callable[..., Tensor]
+from .confidence import CONFIDENCES, position_confidence, select_lowest
+from .contract import DecodeResult, OptionError, Step, initial_tokens, literal
+from .schedules import REMASK_SCHEDULES, remask_count
 
 
-class MaskPredictResult(NamedTuple):
-    tokens: Tensor  # N x L, padded with pad after each row's length
-    token_logprobs: Tensor  # N x L, 0 at padding
-    scores: Tensor  # N, mean log-probability over the real tokens
-    steps: Tensor  # N, decoder passes spent on each row
-    history: List[Tensor]  # tokens (N x L) after each pass, if asked for
+@dataclass(frozen=True)
+class MaskPredictOptions:
+    """How ``mask_predict`` decodes; every field is checked here, once.
+
+    Fields:
+        num_passes: T ``>= 1``, decoder passes.
+        force_max_iter: run all T passes for every row (no early exit).
+        retain_history: keep the tokens after every pass.
+        schedule, ratio: the re-mask schedule (``linear`` is the paper's) and the
+            fraction ``fixed`` re-masks, in ``[0, 1)``.
+        confidence, calibration_temperature: how positions are ranked
+            (``max_prob`` is the paper's), and the temperature of ``calibrated``.
+        monotone: never re-mask a token that survived a re-masking round.
+        sparse_step: call ``step(tokens, rows, where)`` for the re-predicted
+            positions only (same results, less output-projection work).
+        beam, prune_after, prune_keep: rows come in groups of ``beam`` length
+            candidates of one sentence; after ``prune_after`` passes (0: never) only
+            each group's ``prune_keep`` best by mean log-probability go on, the
+            others stop and score -inf (not in the paper; a speed lever).
+        stop_unchanged: a row whose pass re-predicted every re-masked token unchanged
+            stops there (fairseq's adaptive stop; not in the paper, which always runs
+            T passes: later passes re-mask fewer tokens and could still change some).
+            Ignored with ``force_max_iter``. No output holds ``<mask>`` either way.
+    """
+
+    num_passes: int = 10
+    force_max_iter: bool = False
+    retain_history: bool = False
+    schedule: str = "linear"
+    ratio: float = 0.5
+    confidence: str = "max_prob"
+    calibration_temperature: float = 1.0
+    monotone: bool = False
+    sparse_step: bool = False
+    beam: int = 1
+    prune_after: int = 0
+    prune_keep: int = 1
+    stop_unchanged: bool = False
+
+    def __post_init__(self):
+        if self.num_passes < 1:
+            raise OptionError(
+                "{num_passes} is the number of decoder passes and must be >= 1, got "
+                + literal(self.num_passes)
+            )
+        if self.beam < 1:
+            raise OptionError(
+                "{beam} is the number of length candidates and must be >= 1, got "
+                + literal(self.beam)
+            )
+        if self.schedule not in REMASK_SCHEDULES:
+            raise OptionError(
+                "{schedule} must be one of " + ", ".join(REMASK_SCHEDULES)
+                + ", got " + literal(self.schedule)
+            )  # fmt: skip
+        if not 0.0 <= self.ratio < 1.0:
+            raise OptionError(
+                "{ratio} (the fraction the fixed schedule re-masks) must be in [0, 1), got "
+                + literal(self.ratio)
+            )
+        if self.confidence not in CONFIDENCES:
+            raise OptionError(
+                "{confidence} must be one of " + ", ".join(CONFIDENCES)
+                + ", got " + literal(self.confidence)
+            )  # fmt: skip
+        if not self.calibration_temperature > 0:
+            raise OptionError(
+                "{calibration_temperature} must be > 0, got "
+                + literal(self.calibration_temperature)
+            )
+        if self.prune_after < 0 or self.prune_keep < 1:
+            raise OptionError(
+                "{prune_after} must be >= 0 and {prune_keep} >= 1, got "
+                + f"{literal(self.prune_after)} and {literal(self.prune_keep)}"
+            )
 
 
 def mean_logprob(token_logprobs: Tensor, counts: Tensor) -> Tensor:
@@ -65,68 +131,37 @@ def prune_candidates(token_logprobs: Tensor, counts: Tensor, beam: int, keep: in
 
 
 def mask_predict(
-    step: StepFn,
+    step: Step,
     lengths: Tensor,
-    num_passes: int,
     mask_idx: int,
     pad_idx: int,
-    force_max_iter: bool = False,
-    retain_history: bool = False,
-    schedule: str = "linear",
-    ratio: float = 0.5,
-    confidence: str = "max_prob",
-    calibration_temperature: float = 1.0,
-    monotone: bool = False,
+    options: MaskPredictOptions = MaskPredictOptions(),
     template: Optional[Tensor] = None,
-    sparse_step: bool = False,
-    prune_after: int = 0,
-    prune_keep: int = 1,
-    beam: int = 1,
-    stop_unchanged: bool = False,
-) -> MaskPredictResult:
+) -> DecodeResult:
     """Decode ``N`` target sequences of the given lengths with Mask-Predict.
 
     Args:
-        step: the model, as ``step(tokens, rows) -> log-probs`` (see ``StepFn``).
-            It must never give the mask or pad symbol the highest probability
-            (the glue sets their logits to -inf).
+        step: the model (``contract.Step``), returning log-probabilities. It must
+            never give the mask or pad symbol the highest probability (the glue sets
+            their logits to -inf).
         lengths: ``(N,)`` target lengths, each ``>= 1``.
-        num_passes: T ``>= 1``.
         mask_idx, pad_idx: the dictionary's mask and pad symbols.
-        force_max_iter: run all T passes for every row (no early exit).
-        retain_history: keep the tokens after every pass.
-        schedule, ratio: the re-mask schedule (``linear`` is the paper's).
-        confidence, calibration_temperature: how positions are ranked.
-        monotone: never re-mask a token that survived a re-masking round.
+        options: a ``MaskPredictOptions`` record.
         template: ``N x L`` tokens with ``<mask>`` at the positions to generate and
             pad after each row's length; ``lengths`` must then match it.
-        sparse_step: call ``step(tokens, rows, where)`` for the re-predicted
-            positions only (same results, less output-projection work).
-        prune_after, prune_keep, beam: rows come in groups of ``beam`` length
-            candidates of one sentence; after ``prune_after`` passes (0: never) only
-            each group's ``prune_keep`` best by mean log-probability go on, the
-            others stop and score -inf (not in the paper; a speed lever).
-        stop_unchanged: a row whose pass re-predicted every re-masked token unchanged
-            stops there (fairseq's adaptive stop; not in the paper, which always runs
-            T passes: later passes re-mask fewer tokens and could still change some).
-            Ignored with ``force_max_iter``. No output holds ``<mask>`` either way.
+
+    Returns:
+        a ``DecodeResult`` whose ``steps`` are the passes spent on each row.
     """
-    if prune_after < 0 or not 1 <= prune_keep:
-        raise ValueError(
-            f"prune_after must be >= 0 and prune_keep >= 1, got {prune_after} and {prune_keep}"
-        )
-    if num_passes < 1:
-        raise ValueError(f"num_passes (T) must be >= 1, got {num_passes}")
     if lengths.numel() > 0 and int(lengths.min()) < 1:
         raise ValueError("every target length must be >= 1")
-    width = int(lengths.max()) if lengths.numel() > 0 else 0
-    positions = torch.arange(width, device=lengths.device)
-    real = positions[None, :] < lengths[:, None]  # N x L
-    if template is None:
-        pad = torch.full(real.shape, pad_idx, dtype=torch.long, device=lengths.device)
-        tokens = pad.masked_fill(real, mask_idx)  # N x L, all <mask>
-    else:
-        if not torch.equal(template[:, :width].ne(pad_idx), real):
+    num_passes, force_max_iter = options.num_passes, options.force_max_iter
+    confidence, temperature = options.confidence, options.calibration_temperature
+    beam, prune_after, prune_keep = options.beam, options.prune_after, options.prune_keep
+    tokens = initial_tokens(lengths, mask_idx, pad_idx)  # N x L, all <mask>
+    if template is not None:
+        width = tokens.size(1)
+        if not torch.equal(template[:, :width].ne(pad_idx), tokens.ne(pad_idx)):
             raise ValueError("the template's padding must match the target lengths")
         tokens = template[:, :width]  # N x L
     free = tokens.eq(mask_idx)  # N x L, positions to generate
@@ -134,12 +169,12 @@ def mask_predict(
 
     def predict(masked_input: Tensor, rows: Optional[Tensor], where: Tensor):
         """Token, log-prob and confidence, n x L each, valid where ``where`` is True."""
-        if sparse_step:
+        if options.sparse_step:
             logprobs = step(masked_input, rows, where).float()  # M x V
         else:
             logprobs = step(masked_input, rows).float()[where]  # M x V
         best_lp, best = logprobs.max(dim=-1)  # M each
-        conf = position_confidence(logprobs, best, confidence, calibration_temperature)  # M
+        conf = position_confidence(logprobs, best, confidence, temperature)  # M
         out_tokens = masked_input.masked_scatter(where, best)  # n x L
         out_lp = torch.zeros_like(where, dtype=best_lp.dtype).masked_scatter(where, best_lp)
         return out_tokens, out_lp, out_lp.new_zeros(where.shape).masked_scatter(where, conf)
@@ -150,14 +185,14 @@ def mask_predict(
     streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
     candidates = free  # N x L, positions that may be re-masked next
     steps = torch.ones_like(lengths)
-    history = [tokens.clone()] if retain_history else []
+    history = [tokens.clone()] if options.retain_history else []
 
     pruned = torch.zeros_like(lengths, dtype=torch.bool)  # N, candidates dropped
     settled = torch.zeros_like(lengths, dtype=torch.bool)  # N, stopped by stop_unchanged
     for done in range(1, num_passes):
         if done == prune_after and beam > prune_keep:
             pruned = prune_candidates(token_logprobs, num_free, beam, prune_keep)  # N
-        counts = remask_count(num_free, num_passes, done, schedule, ratio)  # N
+        counts = remask_count(num_free, num_passes, done, options.schedule, options.ratio)  # N
         rows: Optional[Tensor] = None
         if not force_max_iter or done >= prune_after > 0:
             active = ~pruned if force_max_iter else (counts > 0) & ~pruned & ~settled  # N
@@ -183,14 +218,14 @@ def mask_predict(
         sub_tokens = torch.where(remask, new_tokens, sub_tokens)
         sub_lp = torch.where(remask, new_lp, sub_lp)
         sub_conf = torch.where(remask, new_conf, sub_conf)
-        if monotone:
+        if options.monotone:
             sub_candidates = remask
 
         if rows is None:
             tokens, token_logprobs, conf = sub_tokens, sub_lp, sub_conf
             streak, candidates = sub_streak, sub_candidates
             steps = steps + 1
-            if stop_unchanged:
+            if options.stop_unchanged:
                 settled = settled | sub_settled
         else:
             tokens = tokens.index_copy(0, rows, sub_tokens)
@@ -199,10 +234,10 @@ def mask_predict(
             streak = streak.index_copy(0, rows, sub_streak)
             candidates = candidates.index_copy(0, rows, sub_candidates)
             steps = steps.index_add(0, rows, torch.ones_like(rows))
-            if stop_unchanged:
+            if options.stop_unchanged:
                 settled = settled.index_copy(0, rows, settled[rows] | sub_settled)
-        if retain_history:
+        if options.retain_history:
             history.append(tokens.clone())
 
     scores = mean_logprob(token_logprobs, num_free).masked_fill(pruned, float("-inf"))  # N
-    return MaskPredictResult(tokens, token_logprobs, scores, steps, history)
+    return DecodeResult(tokens, token_logprobs, scores, steps, history)

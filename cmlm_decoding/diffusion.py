@@ -22,79 +22,109 @@ calls the model once per token, as often as left-to-right decoding: speed comes
 only from ``S`` below the length.
 """
 
-from typing import Callable, List, NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .confidence import select_lowest
-from .sampling import choose_tokens, confidence
+from .contract import DecodeResult, OptionError, Step, literal
+from .sampling import REMASKING, choose_tokens, confidence
 from .schedules import transfer_counts
 
-# step(tokens, rows) -> logits: tokens is n x L (rows ``rows`` of the batch, or all
-# rows when rows is None); returns n x L x V logits (guidance already applied).
-LogitsFn = Callable[[Tensor, Optional[Tensor]], Tensor]
 
+@dataclass(frozen=True)
+class DiffusionOptions:
+    """How ``diffusion_sample`` decodes; every field is checked here, once.
 
-class DiffusionResult(NamedTuple):
-    tokens: Tensor  # N x L, pad after each row's length
-    token_logprobs: Tensor  # N x L, log-probability when revealed (0 for given/pad)
-    scores: Tensor  # N, mean log-probability over the generated tokens
-    nfe: Tensor  # N, model calls (function evaluations) spent on each row
-    history: List[Tensor]  # tokens after every step, if asked for
+    Fields:
+        steps: S ``>= 1``, the step budget (see the module docstring).
+        block_length: positions per block, ``>= 0``; 0 is one block spanning each
+            row's whole target (LLaDA's block length = generation length).
+        temperature: Gumbel-max temperature, ``>= 0`` (0: argmax).
+        remasking: ``low_confidence`` (LLaDA's default) or ``random``.
+        threshold: None (schedule mode) or a confidence in ``(0, 1]`` (Fast-dLLM).
+        retain_history: keep the tokens after every step.
+        sparse_step: call ``step(tokens, rows, where)`` for ``M x V`` logits at the
+            ``M`` masked positions of the current block only (the only ones a step
+            can reveal). Same outputs; used at temperature 0 with ``low_confidence``
+            remasking (random draws are shaped by the dense tensors).
+    """
 
+    steps: int = 10
+    block_length: int = 0
+    temperature: float = 0.0
+    remasking: str = "low_confidence"
+    threshold: Optional[float] = None
+    retain_history: bool = False
+    sparse_step: bool = False
 
-def initial_tokens(lengths: Tensor, mask_idx: int, pad_idx: int) -> Tensor:
-    """``N x L``: ``<mask>`` at the first ``lengths[i]`` positions, pad after."""
-    width = int(lengths.max()) if lengths.numel() else 0
-    real = torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]
-    pad = torch.full(real.shape, pad_idx, dtype=torch.long, device=lengths.device)
-    return pad.masked_fill(real, mask_idx)
+    def __post_init__(self):
+        if self.steps < 1:
+            raise OptionError(
+                "{steps} is the number of diffusion steps and must be >= 1, got "
+                + literal(self.steps)
+            )
+        if self.block_length < 0:
+            raise OptionError(
+                "{block_length} (the block length) must be >= 0 (0: the whole target), got "
+                + literal(self.block_length)
+            )
+        if self.temperature < 0:
+            raise OptionError("{temperature} must be >= 0, got " + literal(self.temperature))
+        if self.remasking not in REMASKING:
+            raise OptionError(
+                "{remasking} must be one of " + ", ".join(REMASKING)
+                + ", got " + literal(self.remasking)
+            )  # fmt: skip
+        if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
+            raise OptionError(
+                "{threshold} (the confidence threshold) must be in (0, 1], got "
+                + literal(self.threshold)
+            )
 
 
 def diffusion_sample(
-    logits_fn: LogitsFn,
+    step: Step,
     tokens: Tensor,
-    steps: int,
-    block_length: int,
     mask_idx: int,
     pad_idx: int,
-    temperature: float = 0.0,
-    remasking: str = "low_confidence",
-    threshold: Optional[float] = None,
+    options: DiffusionOptions = DiffusionOptions(),
     eos_idx: Optional[int] = None,
-    retain_history: bool = False,
     generator: Optional[torch.Generator] = None,
-    sparse_step: bool = False,
-) -> DiffusionResult:
+) -> DecodeResult:
     """Reveal every ``<mask>`` of ``tokens`` (``N x L``, right-padded with pad).
 
-    Non-mask, non-pad tokens of the input are given (a template for infilling) and
-    are never changed. With ``eos_idx``, a generated EOS ends its row: it and every
-    position after it become padding once sampling is done (LLaDA's fixed-length
-    outputs). Returns a ``DiffusionResult``; the input is not modified.
+    Args:
+        step: the model (``contract.Step``), returning logits (guidance applied).
+        tokens: ``N x L`` start tokens. Non-mask, non-pad tokens are given (a
+            template for infilling) and are never changed.
+        mask_idx, pad_idx: the dictionary's mask and pad symbols.
+        options: a ``DiffusionOptions`` record.
+        eos_idx: when given, a generated EOS ends its row: it and every position
+            after it become padding once sampling is done (LLaDA's fixed-length
+            outputs).
+        generator: the random stream of Gumbel noise and ``random`` remasking.
 
-    ``sparse_step``: call ``logits_fn(tokens, rows, where)`` for ``M x V`` logits at the
-    ``M`` masked positions of the current block only (the only ones a step can reveal),
-    so the output projection skips the rest. Same outputs; used at temperature 0 with
-    ``low_confidence`` remasking (random draws are shaped by the dense tensors).
+    Returns:
+        a ``DecodeResult`` whose ``steps`` are the model calls (NFE) of each row;
+        the input is not modified.
     """
-    if steps < 1:
-        raise ValueError(f"the number of diffusion steps must be >= 1, got {steps}")
-    if block_length < 1:
-        raise ValueError(f"the block length must be >= 1, got {block_length}")
-    if threshold is not None and not 0.0 < threshold <= 1.0:
-        raise ValueError(f"the confidence threshold must be in (0, 1], got {threshold}")
+    temperature, remasking, threshold = options.temperature, options.remasking, options.threshold
+    block_length = options.block_length or max(1, tokens.size(1))
     num_rows, width = tokens.shape
     device = tokens.device
-    sparse = sparse_step and temperature == 0 and remasking == "low_confidence"
+    sparse = options.sparse_step and temperature == 0 and remasking == "low_confidence"
     positions = torch.arange(width, device=device)  # L
     block_of = torch.div(positions, block_length, rounding_mode="floor")  # L
     real = tokens.ne(pad_idx)  # N x L
     lengths = real.sum(dim=1)  # N
     num_blocks = torch.div(lengths + block_length - 1, block_length, rounding_mode="floor")
     num_blocks = num_blocks.clamp(min=1)  # N
-    total_steps = num_blocks.clamp(min=steps)  # N: max(S, blocks), one step per block at least
+    total_steps = num_blocks.clamp(
+        min=options.steps
+    )  # N: max(S, blocks), one step per block at least
 
     tokens = tokens.clone()
     token_logprobs = torch.zeros(tokens.shape, device=device)  # N x L
@@ -103,7 +133,7 @@ def diffusion_sample(
     block = torch.full((num_rows,), -1, dtype=torch.long, device=device)
     step_in_block = torch.zeros_like(block)
     quota = torch.zeros_like(block)
-    history: List[Tensor] = []
+    history = []
 
     while True:
         masked = tokens.eq(mask_idx)  # N x L
@@ -136,7 +166,7 @@ def diffusion_sample(
             sub_candidates = candidates[rows]  # n x L
             called = None if rows.numel() == num_rows else rows
             if sparse:
-                logits = logits_fn(sub, called, sub_candidates)  # M x V
+                logits = step(sub, called, sub_candidates)  # M x V
                 picked = choose_tokens(logits, temperature, generator)  # M
                 picked_conf, picked_lp = confidence(logits, picked, remasking, generator)  # M
                 chosen = sub.masked_scatter(sub_candidates, picked)  # n x L
@@ -145,7 +175,7 @@ def diffusion_sample(
                 logprob = torch.zeros(sub.shape, device=device)
                 logprob = logprob.masked_scatter(sub_candidates, picked_lp)  # n x L
             else:
-                logits = logits_fn(sub, called)  # n x L x V
+                logits = step(sub, called)  # n x L x V
                 chosen = choose_tokens(logits, temperature, generator)  # n x L
                 conf, logprob = confidence(logits, chosen, remasking, generator)  # n x L
             conf = conf.masked_fill(~sub_candidates, -1.0)
@@ -158,7 +188,7 @@ def diffusion_sample(
             token_logprobs[rows] = torch.where(take, logprob, token_logprobs[rows])
             nfe[rows] += 1
         step_in_block = step_in_block + remaining.long()
-        if retain_history:
+        if options.retain_history:
             history.append(tokens.clone())
 
     if eos_idx is not None:
@@ -168,4 +198,4 @@ def diffusion_sample(
         generated = generated & ~ended
     counted = generated.sum(dim=1).clamp(min=1)  # N
     scores = (token_logprobs * generated).sum(dim=1) / counted
-    return DiffusionResult(tokens, token_logprobs, scores, nfe, history)
+    return DecodeResult(tokens, token_logprobs, scores, nfe, history)

@@ -25,7 +25,7 @@ from typing import Dict, Tuple
 import torch
 from torch import Tensor
 
-from .errors import CMLMPluginError
+from ..errors import CMLMPluginError
 
 DISABLED = -1.0e4  # length-class bias for classes the source model cannot predict
 

@@ -1,6 +1,6 @@
 """Infilling / editing from Python through fairseq's hub interface.
 
-    from cmlm_plugin.infill import infill
+    from cmlm_plugin.generation.infill import infill
     hub = CMLMPluginModel.from_pretrained(...)
     infill(hub, ["A man rides a bike ."], ["Ein Mann <mask> <mask> Fahrrad ."])
 
@@ -18,7 +18,7 @@ from typing import List
 import torch
 from fairseq.token_generation_constraints import pack_constraints
 
-from .errors import CMLMPluginError
+from ..errors import CMLMPluginError
 
 
 def infill(hub, sources: List[str], templates: List[str], **generation) -> List[str]:

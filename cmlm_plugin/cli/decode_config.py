@@ -1,0 +1,191 @@
+"""One language for decoding configurations: ``cmlm-table``, the benchmark, the sampler table.
+
+A configuration is comma-separated ``key=value`` items (order free, each key once)::
+
+    T=10,l=5                 Mask-Predict, T decoder passes, l length candidates
+    T=10,l=5,prune=1,stop    ... pruned to 1 candidate after 1 pass, --stop-unchanged
+    S=10,b=4,c=0.9           the masked-diffusion sampler, S steps, blocks of 4, threshold
+    T=4,impl=int8            any of them with our --decoder-impl
+
+Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (``--decoding
+diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
+``impl=fast|int8|modules`` (``--decoder-impl``, default fast) apply to both; ``prune=K``
+(``--length-prune-after K --length-prune-keep 1``) and ``stop`` (``--stop-unchanged``) to
+Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
+<= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune, stop,
+impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
+raises a one-line ``CMLMPluginError`` naming the bad key and the allowed ones.
+"""
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ..errors import CMLMPluginError
+
+IMPLS = ("fast", "int8", "modules")  # --decoder-impl choices; fast is the default
+KEYS = ("T", "S", "l", "b", "c", "prune", "stop", "impl")  # the canonical order
+MASK_PREDICT_ONLY = ("prune", "stop")
+DIFFUSION_ONLY = ("b", "c")
+_COUNT = re.compile(r"\d+")
+_COMPACT = re.compile(r"\d+x\d+.*")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decoding configuration; build it with ``parse`` (which validates it)."""
+
+    passes: Optional[int] = None  # T: Mask-Predict decoder passes
+    steps: Optional[int] = None  # S: masked-diffusion sampling steps
+    length_beams: int = 1  # l
+    block_length: Optional[int] = None  # b (diffusion)
+    threshold: Optional[float] = None  # c (diffusion)
+    prune_after: Optional[int] = None  # prune (Mask-Predict; keeps 1 candidate)
+    stop_unchanged: bool = False  # stop (Mask-Predict)
+    impl: str = "fast"
+
+    @property
+    def diffusion(self) -> bool:
+        return self.steps is not None
+
+    @property
+    def calls(self) -> int:
+        """T passes or S steps (the table's T column; with c=, calls may exceed S)."""
+        return self.steps if self.diffusion else self.passes
+
+    @property
+    def fairseq_comparable(self) -> bool:
+        """fairseq's ``IterativeRefinementGenerator`` runs this T and l (impl is ours only)."""
+        return not self.diffusion and self.prune_after is None and not self.stop_unchanged
+
+    def baseline(self) -> "DecodeConfig":
+        """Plain Mask-Predict at the same call budget and l: the fairseq cell to compare with."""
+        return DecodeConfig(passes=self.calls, length_beams=self.length_beams)
+
+    def items(self) -> List[str]:
+        out = [f"S={self.steps}" if self.diffusion else f"T={self.passes}"]
+        out.append(f"l={self.length_beams}")
+        if self.block_length is not None:
+            out.append(f"b={self.block_length}")
+        if self.threshold is not None:
+            out.append(f"c={self.threshold!r}")
+        if self.prune_after is not None:
+            out.append(f"prune={self.prune_after}")
+        if self.stop_unchanged:
+            out.append("stop")
+        if self.impl != "fast":
+            out.append(f"impl={self.impl}")
+        return out
+
+    def __str__(self) -> str:
+        return ",".join(self.items())
+
+    @property
+    def plain(self) -> bool:
+        """Mask-Predict at T and l and nothing else: a cell of the paper's table."""
+        return self.fairseq_comparable and self.impl == "fast"
+
+    def flags(self) -> List[str]:
+        """The ``fairseq-generate --task cmlm`` flags of this configuration."""
+        if self.diffusion:
+            out = ["--decoding", "diffusion", "--diffusion-steps", str(self.steps)]
+        else:
+            out = ["--iter-decode-max-iter", str(self.passes)]
+        out += ["--iter-decode-with-beam", str(self.length_beams)]
+        if self.block_length is not None:
+            out += ["--block-length", str(self.block_length)]
+        if self.threshold is not None:
+            out += ["--confidence-threshold", repr(self.threshold)]
+        if self.prune_after is not None:
+            out += ["--length-prune-after", str(self.prune_after), "--length-prune-keep", "1"]
+        if self.stop_unchanged:
+            out.append("--stop-unchanged")
+        if self.impl != "fast":
+            out += ["--decoder-impl", self.impl]
+        return out
+
+    def fairseq_flags(self) -> List[str]:
+        """The ``--task translation_lev`` flags of the same T and l (fairseq: T-1 more passes)."""
+        if not self.fairseq_comparable:
+            raise CMLMPluginError(
+                f"decoding config {self}: fairseq's generator runs only T= and l= "
+                "(no S, prune or stop)"
+            )
+        return [
+            "--iter-decode-max-iter",
+            str(self.passes - 1),
+            "--iter-decode-with-beam",
+            str(self.length_beams),
+        ]
+
+
+def _error(text: str, problem: str) -> CMLMPluginError:
+    return CMLMPluginError(
+        f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
+        f"prune=N, stop, impl={'|'.join(IMPLS)}; e.g. T=10,l=5 or S=10,b=4)"
+    )
+
+
+def _count(text: str, key: str, value: str) -> int:
+    if not _COUNT.fullmatch(value) or int(value) < 1:
+        raise _error(text, f"{key}={value} needs a whole number >= 1")
+    return int(value)
+
+
+def parse(text: str) -> DecodeConfig:
+    """The configuration ``text`` names, e.g. ``"T=10,l=5"``; a ``CMLMPluginError`` if bad."""
+    values = {}
+    for item in text.split(","):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if key not in KEYS:
+            shown = f"unknown key {key!r}" if key else "an empty item"
+            if _COMPACT.fullmatch(key):  # e.g. 10x5p1:int8, the benchmark's old form
+                shown += " (the compact TxL form is gone: write e.g. T=10,l=5,prune=1,impl=int8)"
+            raise _error(text, shown)
+        if key in values:
+            raise _error(text, f"key {key!r} given twice")
+        if (key == "stop") == bool(eq):
+            raise _error(text, "stop takes no value" if eq else f"key {key!r} needs a value")
+        values[key] = value
+    if ("T" in values) == ("S" in values):
+        raise _error(text, "give exactly one of T= (Mask-Predict) or S= (diffusion)")
+    wrong = MASK_PREDICT_ONLY if "S" in values else DIFFUSION_ONLY
+    for key in wrong:
+        if key in values:
+            where = "T= (Mask-Predict)" if key in MASK_PREDICT_ONLY else "S= (diffusion)"
+            raise _error(text, f"key {key!r} applies only to {where}")
+    config = {}
+    for key, name in (("T", "passes"), ("S", "steps"), ("l", "length_beams")):
+        if key in values:
+            config[name] = _count(text, key, values[key])
+    for key, name in (("b", "block_length"), ("prune", "prune_after")):
+        if key in values:
+            config[name] = _count(text, key, values[key])
+    if "c" in values:
+        try:
+            threshold = float(values["c"])
+        except ValueError:
+            threshold = math.nan
+        if not 0 < threshold <= 1:
+            raise _error(text, f"c={values['c']} needs a number in (0, 1]")
+        config["threshold"] = threshold
+    if "impl" in values:
+        if values["impl"] not in IMPLS:
+            raise _error(text, f"impl={values['impl']} is not one of {', '.join(IMPLS)}")
+        config["impl"] = values["impl"]
+    return DecodeConfig(stop_unchanged="stop" in values, **config)
+
+
+def grid(passes: List[int], length_beams: List[int]) -> List[DecodeConfig]:
+    """Plain Mask-Predict at every T and l, T-major (``cmlm-table --iters/--length-beams``)."""
+    return [DecodeConfig(passes=t, length_beams=n) for t in passes for n in length_beams]
+
+
+def argument(text: str) -> DecodeConfig:
+    """``parse`` as an argparse ``type``: a bad configuration is a usage error."""
+    try:
+        return parse(text)
+    except CMLMPluginError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc

@@ -1,0 +1,102 @@
+"""Training inputs built from the model's own first pass: glancing and self-correction.
+
+Both start from the CMLM input (the reference with ``k ~ U{1..n}`` tokens masked,
+``training.noise.uniform_mask``), let the model predict its masked positions once without
+gradients (``predicted``), and then change the input of the pass that is trained.
+
+Glancing (GLAT: Qian et al., ACL 2021, §3): the worse the first pass, the more of the
+reference the trained pass is shown. GLAT decodes the whole target in the first pass
+and reveals ``floor(ratio * wrong)`` reference tokens at random positions, ``wrong``
+the first pass's errors; the loss covers the positions not revealed. Here the first
+pass is the CMLM input, so ``wrong`` counts errors at its ``k`` masked positions and
+the revealed tokens are drawn among them, at least one position staying masked; with
+``k = n`` this is GLAT's rule. Keeping the CMLM mask distribution (rather than GLAT's
+all-masked first pass) keeps every masking ratio in training, which Mask-Predict's
+later passes need. GLAT anneals the ratio from 0.5 to 0.3 over training
+(``glancing_ratio``).
+
+Self-correction (SMART: Ghazvininejad et al., 2020; the correction loss of CMLMC:
+Huang et al., ICLR 2022): at test time Mask-Predict's observed tokens are the model's
+own, partly wrong, predictions, while CMLM training only ever shows it reference
+tokens. Here a sentence (chosen by the task with probability ``--self-correction``)
+takes the first pass's predictions at its masked positions, then a fresh CMLM mask
+(``k' ~ U{1..n}``) is drawn over the result: observed positions outside the new mask that hold predictions
+stay as predicted, and the loss covers the new mask and those positions, so the model
+learns to fix its own errors (SMART trains on every position; CMLMC on the masked and
+the replaced ones, as here).
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+
+def random_subset(candidates: Tensor, counts: Tensor, generator=None) -> Tensor:
+    """``B x T`` bool: ``counts[i]`` positions of ``candidates`` (``B x T``) drawn at random."""
+    scores = torch.rand(candidates.shape, device=candidates.device, generator=generator)
+    scores = scores.masked_fill(~candidates, 2.0)  # B x T, candidates in [0, 1)
+    order = scores.argsort(dim=1)  # B x T
+    width = candidates.size(1)
+    take_sorted = torch.arange(width, device=candidates.device)[None, :] < counts[:, None]
+    return torch.zeros_like(candidates).scatter(1, order, take_sorted)  # B x T
+
+
+def glancing_ratio(start: float, end: float, anneal_updates: int, update: int) -> float:
+    """GLAT's ratio, linear from ``start`` to ``end`` over ``anneal_updates`` (0: ``start``)."""
+    if anneal_updates <= 0:
+        return start
+    progress = min(max(update, 0) / anneal_updates, 1.0)
+    return start + (end - start) * progress
+
+
+def glancing_input(
+    prev: Tensor,
+    target: Tensor,
+    predicted: Tensor,
+    mask_idx: int,
+    ratio: float,
+    generator: Optional[torch.Generator] = None,
+) -> Tuple[Tensor, Tensor]:
+    """Reveal ``floor(ratio * wrong)`` reference tokens among the masked positions.
+
+    Args:
+        prev: ``B x T`` CMLM input (reference tokens and ``<mask>``).
+        target: ``B x T`` reference.
+        predicted: ``B x T`` first-pass tokens (read at the masked positions only).
+        ratio: the glancing ratio, ``0 <= ratio <= 1``.
+
+    Returns:
+        ``(input, loss_positions)``, ``B x T`` each: the new input and the positions
+        still masked, which the loss covers (at least one per row that had any).
+    """
+    masked = prev.eq(mask_idx)  # B x T
+    wrong = (masked & predicted.ne(target)).sum(dim=1)  # B
+    reveal = torch.floor(wrong.double() * ratio).long()  # B
+    reveal = torch.minimum(reveal, (masked.sum(dim=1) - 1).clamp(min=0))  # one stays masked
+    shown = random_subset(masked, reveal, generator)  # B x T
+    return torch.where(shown, target, prev), masked & ~shown
+
+
+def self_correction_input(
+    prev: Tensor, target: Tensor, predicted: Tensor, remask: Tensor, mask_idx: int
+) -> Tuple[Tensor, Tensor]:
+    """Observed tokens from the model's own predictions, and a loss that covers them.
+
+    Args:
+        prev: ``B x T`` CMLM input; its masked positions are the first pass's.
+        target: ``B x T`` reference.
+        predicted: ``B x T`` first-pass tokens (read at ``prev``'s masked positions).
+        remask: ``B x T`` a second CMLM input over ``target`` (``uniform_mask``),
+            whose ``<mask>`` positions are the trained pass's masked positions.
+
+    Returns:
+        ``(input, loss_positions)``, ``B x T`` each: ``<mask>`` at ``remask``'s masked
+        positions, the first pass's prediction at the other positions ``prev`` had
+        masked, the reference elsewhere (padding included); the loss covers the first
+        two kinds.
+    """
+    first_masked = prev.eq(mask_idx)  # B x T
+    second_masked = remask.eq(mask_idx)  # B x T
+    filled = torch.where(first_masked, predicted, target)  # B x T, the first pass's output
+    return filled.masked_fill(second_masked, mask_idx), first_masked | second_masked
