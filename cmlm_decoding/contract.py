@@ -66,3 +66,11 @@ class OptionError(ValueError):
 
     def render(self, names) -> str:
         return self.template.format_map(_Names(names))
+
+
+def check_choice(field: str, value, allowed) -> None:
+    """Raise an ``OptionError`` unless the option ``field`` holds one of ``allowed``."""
+    if value not in allowed:
+        raise OptionError(
+            "{" + field + "} must be one of " + ", ".join(allowed) + ", got " + literal(value)
+        )

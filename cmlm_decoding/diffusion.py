@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .confidence import select_lowest
-from .contract import DecodeResult, OptionError, Step, literal
+from .contract import DecodeResult, OptionError, Step, check_choice, literal
 from .sampling import REMASKING, choose_tokens, confidence
 from .schedules import transfer_counts
 
@@ -73,11 +73,7 @@ class DiffusionOptions:
             )
         if self.temperature < 0:
             raise OptionError("{temperature} must be >= 0, got " + literal(self.temperature))
-        if self.remasking not in REMASKING:
-            raise OptionError(
-                "{remasking} must be one of " + ", ".join(REMASKING)
-                + ", got " + literal(self.remasking)
-            )  # fmt: skip
+        check_choice("remasking", self.remasking, REMASKING)
         if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
             raise OptionError(
                 "{threshold} (the confidence threshold) must be in (0, 1], got "

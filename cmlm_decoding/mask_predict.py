@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from .confidence import CONFIDENCES, position_confidence, select_lowest
-from .contract import DecodeResult, OptionError, Step, initial_tokens, literal
+from .contract import DecodeResult, OptionError, Step, check_choice, initial_tokens, literal
 from .schedules import REMASK_SCHEDULES, remask_count
 
 
@@ -90,21 +90,13 @@ class MaskPredictOptions:
                 "{beam} is the number of length candidates and must be >= 1, got "
                 + literal(self.beam)
             )
-        if self.schedule not in REMASK_SCHEDULES:
-            raise OptionError(
-                "{schedule} must be one of " + ", ".join(REMASK_SCHEDULES)
-                + ", got " + literal(self.schedule)
-            )  # fmt: skip
+        check_choice("schedule", self.schedule, REMASK_SCHEDULES)
         if not 0.0 <= self.ratio < 1.0:
             raise OptionError(
                 "{ratio} (the fraction the fixed schedule re-masks) must be in [0, 1), got "
                 + literal(self.ratio)
             )
-        if self.confidence not in CONFIDENCES:
-            raise OptionError(
-                "{confidence} must be one of " + ", ".join(CONFIDENCES)
-                + ", got " + literal(self.confidence)
-            )  # fmt: skip
+        check_choice("confidence", self.confidence, CONFIDENCES)
         if not self.calibration_temperature > 0:
             raise OptionError(
                 "{calibration_temperature} must be > 0, got "

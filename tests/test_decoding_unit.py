@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cmlm_decoding import (
     MaskPredictOptions,
+    OptionError,
     length_candidates,
     linear_remask_count,
     mask_predict,
@@ -286,3 +287,21 @@ def test_sparse_step_gives_the_dense_result(lengths, passes, confidence, force):
     assert asked[0] == int(lengths.sum())
     inputs = [tokens for tokens, _ in sparse_model.calls[1:]]
     assert asked[1:] == [int(t.eq(MASK).sum()) for t in inputs]
+
+
+@pytest.mark.parametrize(
+    "values, field, flag",
+    [
+        ({"num_passes": 0}, "num_passes", "--iter-decode-max-iter"),
+        ({"ratio": 1.0}, "ratio", "--remask-ratio"),
+        ({"schedule": "x{y}"}, "schedule", "--remask-schedule"),
+        ({"calibration_temperature": 0.0}, "calibration_temperature", "--calibration-temperature"),
+    ],
+)
+def test_options_are_checked_when_built_and_name_the_callers_flag(values, field, flag):
+    with pytest.raises(OptionError) as error:
+        MaskPredictOptions(**values)
+    assert str(error.value).startswith(field)
+    rendered = error.value.render({field: flag})
+    assert rendered.startswith(flag) and field not in rendered.replace(flag, "")
+    assert repr(next(iter(values.values()))) in rendered  # the bad value, verbatim
