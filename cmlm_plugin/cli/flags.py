@@ -230,8 +230,12 @@ def as_text(flags: List[Flag], width: int = 100) -> str:
             lines += ([""] if lines else []) + [HEADINGS[where]]
         head = f"  {flag.flag}" + (f"  (default: {flag.default})" if flag.default else "")
         lines.append(head)
-        lines += textwrap.wrap(
-            flag.help, width, initial_indent="      ", subsequent_indent="      "
+        lines += textwrap.wrap(  # never inside a word: "log-probability" stays whole
+            flag.help,
+            width,
+            initial_indent="      ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
         )
     return "\n".join(lines)
 
