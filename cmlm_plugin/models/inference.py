@@ -16,8 +16,9 @@ the same on every path, up to float rounding (``int8``: up to quantization):
 * ``int8``: ``fast`` with dynamically quantized int8 linear layers, CPU and float32
   only, quantized once per model and cached on it.
 
-A new path is one class here, registered in ``INFERENCE_PATHS``; ``--decoder-impl``
-offers the registry's names.
+A new path is one class here (``name``, ``cached``, ``check``, ``encode``, ``start``,
+``logits``), registered in ``INFERENCE_PATHS``; ``--decoder-impl`` offers the registry's
+names.
 """
 
 from typing import Dict, Optional
@@ -34,9 +35,15 @@ class ModulePath:
     """fairseq's module forward on encoder states expanded to the candidates."""
 
     name = "modules"
+    cached = False  # built once per model and kept on it (see ``inference_path``)
 
     def __init__(self, model):
         self.model = model
+
+    @classmethod
+    def check(cls, model, device: torch.device) -> Optional[str]:
+        """Why this path cannot run ``model`` on ``device`` (None: it can, always)."""
+        return None
 
     def encode(self, src_tokens: Tensor, src_lengths: Tensor) -> Dict:
         return self.model.encoder(src_tokens, src_lengths=src_lengths)
@@ -55,6 +62,7 @@ class FastPath:
 
     name = "fast"
     int8 = False
+    cached = False
 
     def __init__(self, model):
         self.encoder = FastEncoder.build(model.encoder, int8=self.int8) or model.encoder
@@ -82,6 +90,7 @@ class Int8Path(FastPath):
 
     name = "int8"
     int8 = True
+    cached = True  # quantizing costs about 0.1 s at d=256
 
     @classmethod
     def check(cls, model, device: torch.device) -> Optional[str]:
@@ -130,14 +139,15 @@ def inference_path(model, impl: str, device: torch.device):
             + ", ".join(INFERENCE_PATHS)
         )
     path = INFERENCE_PATHS[impl]
-    if path is ModulePath or path.check(model, device) is not None:
+    if path.check(model, device) is not None:
         return ModulePath(model)  # fairseq's module forward handles every layer option
-    if not path.int8:
+    if not path.cached:
         return path(model)
-    cached = model.__dict__.get("_cmlm_int8_path")  # (parameters, their version, path)
-    params = cached[0] if cached else list(model.parameters())  # walked once, not per batch
+    key = f"_cmlm_{path.name}_path"
+    kept = model.__dict__.get(key)  # (parameters, their version, path)
+    params = kept[0] if kept else list(model.parameters())  # walked once, not per batch
     version = _weights_version(params)
-    if cached is None or cached[1] != version:
-        cached = (params, version, path(model))
-        model.__dict__["_cmlm_int8_path"] = cached
-    return cached[2]
+    if kept is None or kept[1] != version:
+        kept = (params, version, path(model))
+        model.__dict__[key] = kept
+    return kept[2]

@@ -298,8 +298,9 @@ class CMLMPluginTask(TranslationTask):
         data) are batched with a multiple of 1 so that every sentence is decoded.
 
         Raw text (``build_dataset_for_inference``) keeps one output per line: a source
-        too long for the model is blanked (``blank_long_sources``), one longer than
-        ``max_tokens`` gets a batch of its own instead of failing the whole run, and
+        too long for the model is blanked (``blank_long_sources``), ``max_tokens`` is
+        raised to the buffer's longest source so that one longer than ``max_tokens``
+        is decoded (in a batch of its own) instead of failing the whole run, and
         the iterator is not cached (fairseq would keep every ``--buffer-size`` block
         of a ``fairseq-interactive`` stream in memory until the end).
         """
