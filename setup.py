@@ -39,6 +39,7 @@ setup(
             "cmlm-table=cmlm_plugin.cli.table:main",
             "cmlm-convert=cmlm_plugin.cli.convert:main",
             "cmlm-flags=cmlm_plugin.cli.flags:main",
+            "cmlm-diagnose=cmlm_plugin.cli.diagnose:main",
         ]
     },
     classifiers=[

@@ -27,9 +27,18 @@ and p90 over all sentences of all repeats), decoder passes per sentence, peak GP
 generator at the same T (or S) and l and ours / AR beam. ``--lengths 10,20,40,80`` adds a
 table of seconds per sentence at forced target lengths (ours: an all-``<mask>`` template
 of that length; AR: ``min_len = max_len``). Writes JSON, Markdown and a PNG.
+
+``--fairseq-cmlm`` and ``--ar`` may be left out (no fairseq or AR rows). ``impl=compiled``
+and other non-``fast`` paths are also compared with ``fast`` at the same configuration
+(ratio, outputs that differ); ``--full-warmup`` warms up on every batch, so that a
+compiled path has compiled every shape before timing, and each row's ``warmup_s`` (the
+first run, compiling included) gives the compile cost. ``--half fp16|bf16`` decodes every
+system in half precision (``--fp16``; bf16 by casting the model: fairseq's commands have
+no bf16 decoding).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -69,6 +78,10 @@ def build(data, path, flags, device):
     """Model, task and generator of ``fairseq-generate DATA --path PATH FLAGS``."""
     cfg = generate_cfg(data, path, flags)
     model, task = load(cfg)
+    if cfg.common.fp16:  # as fairseq-generate: the whole model in float16
+        model.half()
+    elif cfg.common.bf16:
+        model.to(torch.bfloat16)
     model.to(device)
     return model, task, task.build_generator([model], cfg.generation)
 
@@ -136,12 +149,14 @@ def percentile(values, q):
 def build_systems(args, size, count, device):
     systems = []
     fairseq_done = set()
+    half = [f"--{args.half}"] if args.half else []  # --fp16 / --bf16 for every system
     for config in args.configs:
-        runs = [("ours", args.ours, ["--task", "cmlm", *config.flags()], config)]
-        if config.fairseq_comparable and config.baseline() not in fairseq_done:
+        runs = [("ours", args.ours, ["--task", "cmlm", *config.flags(), *half], config)]
+        comparable = args.fairseq_cmlm and config.fairseq_comparable
+        if comparable and config.baseline() not in fairseq_done:
             baseline = config.baseline()  # fairseq once per T and l; it runs T-1 more passes
             fairseq_done.add(baseline)
-            flags = ["--task", "translation_lev", *baseline.fairseq_flags()]
+            flags = ["--task", "translation_lev", *baseline.fairseq_flags(), *half]
             runs.append(("fairseq", args.fairseq_cmlm, flags, baseline))
         for kind, path, flags, shown in runs:
             model, task, generator = build(args.data, path, flags, device)
@@ -150,8 +165,8 @@ def build_systems(args, size, count, device):
             system = System(f"{kind} {shown}", model, task, generator, samples, offset)
             system.config = shown
             systems.append(system)
-    for beam in args.beams:
-        flags = ["--task", "translation", "--beam", beam]
+    for beam in args.beams if args.ar else []:
+        flags = ["--task", "translation", "--beam", beam, *half]
         model, task, generator = build(args.data, args.ar, flags, device)
         samples = batches(task, args.subset, count, size, device)
         systems.append(System(f"AR beam {beam}", model, task, generator, samples))
@@ -159,12 +174,12 @@ def build_systems(args, size, count, device):
     return systems
 
 
-def measure(systems, repeats, synchronize, device):
+def measure(systems, repeats, synchronize, device, full_warmup=False):
     results = {s.name: {"seconds": [], "latencies": []} for s in systems}
-    for system in systems:  # warm-up: one batch each
+    for system in systems:  # warm-up: one batch each (all with --full-warmup: compiles)
         warm = System(system.name, system.model, system.task, system.generator,
-                      system.samples[:1])  # fmt: skip
-        warm.run(synchronize)
+                      system.samples if full_warmup else system.samples[:1])  # fmt: skip
+        results[system.name]["warmup_s"] = warm.run(synchronize)[0]
     for _ in range(repeats):
         for system in systems:  # interleaved: A B C ... A B C ...
             if device == "cuda":
@@ -201,6 +216,7 @@ def summarise(systems, results, references, size) -> List[Dict]:
                     round(statistics.mean(entry["passes"]), 2) if entry["passes"] else None
                 ),
                 "peak_gpu_mib": round(entry["peak_mib"], 1) if "peak_mib" in entry else None,
+                "warmup_s": round(entry["warmup_s"], 2),  # first run: includes compiling
                 "bleu": bleu(system, entry["outputs"], references),
             }
         )
@@ -227,6 +243,31 @@ def ratios(rows) -> List[str]:
                     f"batch {batch}, {name[5:]}: ours / AR beam {beam} = "
                     f"{row['sentences_per_s'] / ar['sentences_per_s']:.2f}x sentences/s"
                 )
+    return lines
+
+
+def against_fast(systems, results, size) -> List[str]:
+    """Each of our non-``fast`` paths against ``fast`` at the same configuration: the
+    ratio of sentences/s and how many outputs differ (same tokens expected at fp32)."""
+    by = {s.name: s for s in systems}
+    lines = []
+    for system in systems:
+        config = system.config
+        if not system.name.startswith("ours") or config is None or config.impl == "fast":
+            continue
+        fast = by.get(f"ours {dataclasses.replace(config, impl='fast')}")
+        if fast is None:
+            continue
+        mine, theirs = results[system.name], results[fast.name]
+        differ = sum(
+            not torch.equal(mine["outputs"][i], theirs["outputs"][i]) for i in mine["outputs"]
+        )
+        speed = statistics.median(theirs["seconds"]) / statistics.median(mine["seconds"])
+        lines.append(
+            f"batch {size}, {config}: {config.impl} / fast = {speed:.2f}x sentences/s, "
+            f"{differ} of {len(mine['outputs'])} outputs differ; warm-up "
+            f"{mine['warmup_s']:.1f} s against {theirs['warmup_s']:.1f} s"
+        )
     return lines
 
 
@@ -301,8 +342,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("data")
     p.add_argument("--ours", required=True, help="cmlm_plugin checkpoint (converted)")
-    p.add_argument("--fairseq-cmlm", required=True, help="the same weights, fairseq's format")
-    p.add_argument("--ar", required=True, help="autoregressive fairseq transformer")
+    p.add_argument("--fairseq-cmlm", help="the same weights, fairseq's format (omit: none)")
+    p.add_argument("--ar", help="autoregressive fairseq transformer (omit: no AR rows)")
     p.add_argument("--configs", nargs="+", type=argument, default=DEFAULT_CONFIGS,
                    help="decoding configurations, e.g. T=10,l=5 T=10,l=5,prune=1,impl=int8 "
                    "S=10,c=0.9 (cmlm_plugin/cli/decode_config.py)")  # fmt: skip
@@ -316,6 +357,9 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--cpu", action="store_true")
+    p.add_argument("--half", choices=["fp16", "bf16"], help="decode every system in half precision")
+    p.add_argument("--full-warmup", action="store_true",
+                   help="warm up on all batches, not one (compiled paths see every shape first)")  # fmt: skip
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args(argv)
     global REMOVE_BPE
@@ -326,13 +370,15 @@ def main(argv=None):
     counts = [int(n) for n in args.sentences.split(",")]
     if len(counts) != len(sizes):
         sys.exit("error: give one --sentences count per --batch-sizes entry")
+    if args.lengths and not args.ar:
+        sys.exit("error: --lengths compares with AR beam 5: give --ar AR.pt")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     os.makedirs(args.out, exist_ok=True)
 
-    rows = []
+    rows, versus_fast = [], []
     for size, count in zip(sizes, counts):
         systems = build_systems(args, size, count, device)
         ref_task = systems[0].task  # ours: references without BOS
@@ -340,8 +386,9 @@ def main(argv=None):
         for sample in systems[0].samples:
             for i, sid in enumerate(sample["id"].tolist()):
                 references[sid] = detok(ref_task.target_dictionary, sample["target"][i].cpu())
-        results = measure(systems, args.repeats, synchronize, device)
+        results = measure(systems, args.repeats, synchronize, device, args.full_warmup)
         rows += summarise(systems, results, references, size)
+        versus_fast += against_fast(systems, results, size)
         print(markdown([r for r in rows if r["batch"] == size]), flush=True)
     report = {
         "date": time.strftime("%Y-%m-%d"),
@@ -351,7 +398,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "rows": rows,
-        "ratios": ratios(rows),
+        "ratios": ratios(rows) + versus_fast,
     }
     if args.lengths:
         report["length_scaling"] = length_scaling(args, device, synchronize)

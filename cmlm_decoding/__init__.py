@@ -8,13 +8,18 @@ model into a step and calls these functions.
 """
 
 from .calibration import fit_temperature, tempered_nll
-from .confidence import select_lowest
+from .confidence import select_lowest, select_lowest_by_region, spread_counts
 from .contract import DecodeResult, OptionError, Step, initial_tokens
 from .diffusion import DiffusionOptions, diffusion_sample
 from .length_beam import length_candidates, select_best
 from .mask_predict import MaskPredictOptions, mask_predict
 from .sampling import choose_tokens, confidence, guided_logits
-from .schedules import linear_remask_count, transfer_counts
+from .schedules import (
+    adaptive_pass_budget,
+    linear_remask_count,
+    remask_count_per_row,
+    transfer_counts,
+)
 
 __all__ = [
     "DecodeResult",
@@ -22,6 +27,7 @@ __all__ = [
     "MaskPredictOptions",
     "OptionError",
     "Step",
+    "adaptive_pass_budget",
     "choose_tokens",
     "confidence",
     "diffusion_sample",
@@ -31,8 +37,11 @@ __all__ = [
     "length_candidates",
     "linear_remask_count",
     "mask_predict",
+    "remask_count_per_row",
     "select_best",
     "select_lowest",
+    "select_lowest_by_region",
+    "spread_counts",
     "tempered_nll",
     "transfer_counts",
 ]

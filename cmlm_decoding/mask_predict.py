@@ -10,9 +10,20 @@ single-pass non-autoregressive decoding) -- fairseq's own generator counts
 Variants (off by default; the defaults are the paper's): the re-mask schedule
 (``schedules.remask_count``), the confidence that ranks positions
 (``confidence.position_confidence``; ``consistency`` ranks first the tokens that
-consecutive passes re-predicted unchanged), and ``monotone`` decoding, where a
-token that survived a re-masking round is never re-masked again (the paper lets
-every token be re-masked).
+consecutive passes re-predicted unchanged, ``geometric_mean`` ranks a token by the
+geometric mean of its probabilities over the passes that predicted it), and
+``monotone`` decoding, where a token that survived a re-masking round is never
+re-masked again (the paper lets every token be re-masked).
+
+Two more variants come from the first design source, not from the paper:
+length-adaptive passes (``adaptive_passes`` c: row i gets its own budget
+T_i = clamp(ceil(log2 n_i) + c, 1, T) and its schedule is computed from T_i,
+``schedules.remask_count_per_row``; a row that has made T_i passes re-masks 0 tokens
+and leaves through the early exit below), and regional re-masking (``remask_regions``
+K: the re-mask count is spread over K contiguous regions of the target in proportion
+to their sizes and the least confident positions of each region are re-masked,
+``confidence.select_lowest_by_region``). Both run in the same batched loop over
+passes, with no loop over sentences.
 
 Infilling: with a ``template`` (``N x L``, ``<mask>`` where tokens are to be
 generated, given tokens elsewhere) only the masked positions are predicted and
@@ -20,10 +31,11 @@ re-masked, n counts them, and the given tokens never change.
 
 Early exit: once a row's re-mask count is 0 it can no longer change, so it leaves
 the batch (its output is exactly what all T passes give). ``force_max_iter`` keeps
-every row for all T passes.
+every row for all T passes (with ``adaptive_passes``: for all its T_i passes).
 
 Host synchronisation: one per pass after the first (the number of rows still active,
-which sizes the next pass), none with ``force_max_iter`` and no pruning; a
+which sizes the next pass), none with ``force_max_iter``, no pruning and no
+``adaptive_passes``; a
 ``sparse_step`` caller adds one more (the number of re-predicted positions).
 
 Options come as one ``MaskPredictOptions`` record, validated when it is built.
@@ -35,9 +47,20 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .confidence import CONFIDENCES, position_confidence, select_lowest
+from .confidence import (
+    CONFIDENCES,
+    geometric_mean_update,
+    position_confidence,
+    select_lowest,
+    select_lowest_by_region,
+)
 from .contract import DecodeResult, OptionError, Step, check_choice, initial_tokens, literal
-from .schedules import REMASK_SCHEDULES, remask_count
+from .schedules import (
+    REMASK_SCHEDULES,
+    adaptive_pass_budget,
+    remask_count,
+    remask_count_per_row,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,14 @@ class MaskPredictOptions:
             stops there (fairseq's adaptive stop; not in the paper, which always runs
             T passes: later passes re-mask fewer tokens and could still change some).
             Ignored with ``force_max_iter``. No output holds ``<mask>`` either way.
+        adaptive_passes: None (off: every row gets T passes) or an offset c ``>= 0``:
+            row i gets T_i = clamp(ceil(log2 n_i) + c, 1, T) passes, n_i the tokens it
+            generates (its length; with a template, its ``<mask>`` count), and its
+            re-mask schedule is computed from T_i (not in the paper; the first design
+            source recommends c in 0..2).
+        remask_regions: K ``>= 1``; 1 is the paper's global ranking, K > 1 spreads
+            each row's re-mask count over K contiguous regions of its target (not in
+            the paper; the first design source).
     """
 
     num_passes: int = 10
@@ -78,6 +109,8 @@ class MaskPredictOptions:
     prune_after: int = 0
     prune_keep: int = 1
     stop_unchanged: bool = False
+    adaptive_passes: Optional[int] = None
+    remask_regions: int = 1
 
     def __post_init__(self):
         if self.num_passes < 1:
@@ -107,6 +140,24 @@ class MaskPredictOptions:
                 "{prune_after} must be >= 0 and {prune_keep} >= 1, got "
                 + f"{literal(self.prune_after)} and {literal(self.prune_keep)}"
             )
+        offset = self.adaptive_passes
+        if offset is not None and (not is_integer(offset) or offset < 0):
+            raise OptionError(
+                "{adaptive_passes} is the offset c of the pass budget "
+                "T_i = ceil(log2 n_i) + c (at most {num_passes}) and must be an integer "
+                ">= 0, got " + literal(offset)
+            )
+        if not is_integer(self.remask_regions) or self.remask_regions < 1:
+            raise OptionError(
+                "{remask_regions} is the number of regions a target is split into for "
+                "re-masking and must be an integer >= 1 (1: the paper's global rule), got "
+                + literal(self.remask_regions)
+            )
+
+
+def is_integer(value) -> bool:
+    """True for an int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def mean_logprob(token_logprobs: Tensor, counts: Tensor) -> Tensor:
@@ -158,6 +209,11 @@ def mask_predict(
         tokens = template[:, :width]  # N x L
     free = tokens.eq(mask_idx)  # N x L, positions to generate
     num_free = free.sum(dim=1)  # N
+    budget: Optional[Tensor] = None  # N, passes per row (adaptive_passes), else all T
+    if options.adaptive_passes is not None:
+        budget = adaptive_pass_budget(num_free, options.adaptive_passes, num_passes)  # N
+    regions = options.remask_regions
+    geometric = confidence == "geometric_mean"
 
     def predict(masked_input: Tensor, rows: Optional[Tensor], where: Tensor):
         """Token, log-prob and confidence, n x L each, valid where ``where`` is True."""
@@ -175,6 +231,9 @@ def mask_predict(
     tokens = torch.where(free, tokens_pred, tokens)  # N x L, given tokens and pad kept
     token_logprobs = token_logprobs.masked_fill(~free, 0.0)  # N x L
     streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
+    # geometric_mean: summed log-probability and length of each token's run of passes
+    run_lp = token_logprobs if geometric else None  # N x L
+    run_len = free.long() if geometric else None  # N x L
     candidates = free  # N x L, positions that may be re-masked next
     steps = torch.ones_like(lengths)
     history = [tokens.clone()] if options.retain_history else []
@@ -184,10 +243,18 @@ def mask_predict(
     for done in range(1, num_passes):
         if done == prune_after and beam > prune_keep:
             pruned = prune_candidates(token_logprobs, num_free, beam, prune_keep)  # N
-        counts = remask_count(num_free, num_passes, done, options.schedule, options.ratio)  # N
-        rows: Optional[Tensor] = None
-        if not force_max_iter or done >= prune_after > 0:
-            active = ~pruned if force_max_iter else (counts > 0) & ~pruned & ~settled  # N
+        if budget is None:
+            counts = remask_count(num_free, num_passes, done, options.schedule, options.ratio)
+        else:  # each row's schedule from its own T_i; 0 once it has made T_i passes
+            counts = remask_count_per_row(
+                num_free, budget, done, options.schedule, options.ratio, num_passes
+            )
+        rows: Optional[Tensor] = None  # counts: N
+        if not force_max_iter or budget is not None or done >= prune_after > 0:
+            if force_max_iter:
+                active = ~pruned if budget is None else ~pruned & (budget > done)  # N
+            else:
+                active = (counts > 0) & ~pruned & ~settled  # N
             live = active.nonzero().squeeze(1)  # n: the pass's one host sync (its size)
             if live.numel() == 0:
                 break
@@ -199,7 +266,12 @@ def mask_predict(
 
         sub_tokens, sub_lp, sub_conf = take(tokens), take(token_logprobs), take(conf)
         sub_streak, sub_candidates = take(streak), take(candidates)
-        remask = select_lowest(sub_conf + sub_streak, take(counts), sub_candidates)  # n x L
+        if regions == 1:  # the paper's global ranking
+            remask = select_lowest(sub_conf + sub_streak, take(counts), sub_candidates)
+        else:
+            remask = select_lowest_by_region(
+                sub_conf + sub_streak, take(counts), sub_candidates, take(lengths), regions
+            )  # n x L
         new_tokens, new_lp, new_conf = predict(
             sub_tokens.masked_fill(remask, mask_idx), rows, remask
         )  # n x L each, new values where remask
@@ -207,6 +279,13 @@ def mask_predict(
         sub_settled = same.eq(remask).all(dim=1)  # n, nothing re-predicted differently
         if confidence == "consistency":
             sub_streak = torch.where(remask, (sub_streak + 1) * same, sub_streak)
+        if geometric:  # the run of a re-predicted token grows or restarts
+            sub_run_lp, sub_run_len = take(run_lp), take(run_len)
+            grown_lp, grown_len, new_conf = geometric_mean_update(
+                sub_run_lp, sub_run_len, new_lp, same
+            )  # n x L each, used where remask
+            sub_run_lp = torch.where(remask, grown_lp, sub_run_lp)
+            sub_run_len = torch.where(remask, grown_len, sub_run_len)
         sub_tokens = torch.where(remask, new_tokens, sub_tokens)
         sub_lp = torch.where(remask, new_lp, sub_lp)
         sub_conf = torch.where(remask, new_conf, sub_conf)
@@ -216,6 +295,8 @@ def mask_predict(
         if rows is None:
             tokens, token_logprobs, conf = sub_tokens, sub_lp, sub_conf
             streak, candidates = sub_streak, sub_candidates
+            if geometric:
+                run_lp, run_len = sub_run_lp, sub_run_len
             steps = steps + 1
             if options.stop_unchanged:
                 settled = settled | sub_settled
@@ -225,6 +306,9 @@ def mask_predict(
             conf = conf.index_copy(0, rows, sub_conf)
             streak = streak.index_copy(0, rows, sub_streak)
             candidates = candidates.index_copy(0, rows, sub_candidates)
+            if geometric:
+                run_lp = run_lp.index_copy(0, rows, sub_run_lp)
+                run_len = run_len.index_copy(0, rows, sub_run_len)
             steps = steps.index_add(0, rows, torch.ones_like(rows))
             if options.stop_unchanged:
                 settled = settled.index_copy(0, rows, settled[rows] | sub_settled)

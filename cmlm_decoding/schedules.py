@@ -8,9 +8,16 @@ float rounding can move it. Other schedules (not in the paper; from the first de
 source and MaskGIT): ``cosine`` n cos(pi t / 2T), ``exponential`` n (1 - 2^(t-T))
 (the kept count doubles every pass), ``fixed`` a constant ratio r of n every pass.
 All are floored and non-increasing in t, so a row whose count reaches 0 is done.
+
+Length-adaptive pass budgets (not in the Mask-Predict paper, which gives every sentence
+the same T; from the first design source, which recommends T between ceil(log2 n) and
+ceil(log2 n) + 2 for n target tokens): ``adaptive_pass_budget`` gives each row
+T_i = clamp(ceil(log2 n_i) + c, 1, T_max), and ``remask_count_per_row`` computes each
+row's schedule from its own T_i, 0 once the row has made its T_i passes.
 """
 
 import math
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -60,6 +67,85 @@ def remask_count(
         fraction = ratio
     counts = torch.floor(lengths.double() * fraction).long()
     return torch.minimum(counts, (lengths - 1).clamp(min=0))
+
+
+def ceil_log2(values: Tensor) -> Tensor:
+    """``ceil(log2 v)`` per element, exactly, in integers (0 for ``v <= 1``).
+
+    It counts the powers ``2^k`` (``k = 0 .. 62``) below ``v``: no float rounding.
+    """
+    powers = 2 ** torch.arange(63, device=values.device, dtype=torch.long)  # 63
+    return (powers[None, :] < values.long().reshape(-1, 1)).sum(dim=1).view(values.shape)
+
+
+def adaptive_pass_budget(lengths: Tensor, offset: int, max_passes: int) -> Tensor:
+    """Per-row pass budget ``T_i = clamp(ceil(log2 n_i) + offset, 1, max_passes)``.
+
+    Args:
+        lengths: n, ``(N,)`` integer, the tokens each row generates (0 allowed: T_i is
+            then ``clamp(offset, 1, max_passes)``; such a row re-masks nothing anyway).
+        offset: c, added to ``ceil(log2 n)`` (the first design source: 0 to 2).
+        max_passes: T_max ``>= 1``, the cap (``--iter-decode-max-iter``).
+
+    Returns:
+        ``(N,)`` long, each in ``[1, max_passes]``. E.g. n = 50: ``6 + c``; n = 100: ``7 + c``.
+    """
+    if max_passes < 1:
+        raise ValueError(f"max_passes must be >= 1, got {max_passes}")
+    return (ceil_log2(lengths) + offset).clamp(1, max_passes)
+
+
+def remask_count_per_row(
+    lengths: Tensor,
+    num_passes: Tensor,
+    step: int,
+    schedule: str = "linear",
+    ratio: float = 0.5,
+    max_passes: Optional[int] = None,
+) -> Tensor:
+    """``remask_count`` with a pass budget T_i per row instead of one T.
+
+    Args:
+        lengths: n, ``(N,)`` integer.
+        num_passes: T_i, ``(N,)`` integer (a budget ``<= step`` re-masks nothing).
+        step: t ``>= 1``, passes already made (the same for every row).
+        schedule, ratio: as in ``remask_count``.
+        max_passes: an upper bound on every T_i (the Mask-Predict loop passes T); None
+            reads it from ``num_passes`` (one host synchronisation, float schedules only).
+
+    Returns:
+        ``(N,)``: the count ``remask_count(n_i, T_i, t)`` where ``t < T_i``, 0 where the
+        row has made its T_i passes. Where every T_i equals one T the result is
+        ``remask_count(lengths, T, step)``, bit for bit (the fractions of the float
+        schedules come from the same Python expressions, one per budget up to the bound).
+    """
+    if schedule not in REMASK_SCHEDULES:
+        raise ValueError(f"remask schedule must be one of {REMASK_SCHEDULES}, got {schedule!r}")
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    running = num_passes > step  # N, rows with passes left
+    if schedule == "linear":
+        budget = num_passes.clamp(min=1)  # N, no division by 0 (such rows are not running)
+        counts = torch.div(lengths * (budget - step), budget, rounding_mode="floor")
+        return counts.masked_fill(~running, 0)
+    if schedule == "fixed" and not 0.0 <= ratio < 1.0:
+        raise ValueError(f"the fixed re-mask ratio must be in [0, 1), got {ratio}")
+    if max_passes is None:
+        max_passes = int(num_passes.max()) if num_passes.numel() else 1
+    largest = max(max_passes, step)
+    fractions = [0.0] * (largest + 1)  # indexed by T; 0 where T <= step
+    for passes in range(step + 1, largest + 1):  # a loop over budgets, not sentences
+        if schedule == "cosine":
+            fractions[passes] = math.cos(math.pi * step / (2 * passes))
+        elif schedule == "exponential":
+            fractions[passes] = 1.0 - 2.0 ** (step - passes)
+        else:
+            fractions[passes] = ratio
+    table = torch.tensor(fractions, dtype=torch.float64, device=lengths.device)  # T_max + 1
+    index = num_passes.long().clamp(0, largest)  # N, 0: no passes left
+    counts = torch.floor(lengths.double() * table[index]).long()  # N
+    counts = torch.minimum(counts, (lengths - 1).clamp(min=0))
+    return counts.masked_fill(~running, 0)
 
 
 def transfer_counts(masked: Tensor, steps: Tensor, step: Tensor) -> Tensor:

@@ -176,6 +176,50 @@ def test_checkpoint_vocabulary_must_fit_the_data(odd):
     assert str(odd["checkpoint"]) in line
 
 
+@pytest.fixture(scope="module")
+def other_vocabulary_ar(odd):
+    """An AR ``transformer`` trained 1 update on ``bigdict``: one symbol where our <mask> is."""
+    save = odd["root"] / "ar-bigdict"
+    run(
+        "fairseq-train", odd["root"] / "bigdict", "--task", "translation", "--arch", "transformer",
+        "--train-subset", "test", "--valid-subset", "test", "--encoder-layers", 1,
+        "--decoder-layers", 1, "--encoder-embed-dim", 16, "--decoder-embed-dim", 16,
+        "--encoder-ffn-embed-dim", 16, "--decoder-ffn-embed-dim", 16,
+        "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--optimizer", "adam",
+        "--lr", "1e-3", "--max-tokens", 1000, "--max-update", 1, "--save-dir", save, "--cpu",
+        "--no-epoch-checkpoints", "--no-save-optimizer-state",
+    )  # fmt: skip
+    return save / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize(
+    "case, reranker",
+    [
+        ("rerank-missing", "nowhere.pt"),
+        ("rerank-not-autoregressive", "cmlm"),
+        ("rerank-vocabulary", "bigdict"),
+    ],
+)
+def test_bad_rerankers_are_named(odd, request, case, reranker):
+    paths = {"cmlm": odd["checkpoint"], "nowhere.pt": odd["root"] / "nowhere.pt"}
+    if reranker == "bigdict":
+        paths["bigdict"] = request.getfixturevalue("other_vocabulary_ar")
+    path = paths[reranker]
+    extra = ["--rerank-with", path, "--iter-decode-with-beam", 2]
+    line = fails("fairseq-generate", *generate_args(odd["run"] / "bin", odd["checkpoint"], *extra))
+    assert_matches_readme(case, line)
+    assert str(path) in line
+
+
+def test_one_candidate_reranking_warns(odd):
+    extra = ["--rerank-with", odd["root"] / "ar" / "checkpoint_last.pt"]
+    out = run("fairseq-generate", *generate_args(odd["root"] / "bin", odd["checkpoint"], *extra))
+    warning = [line for line in out.splitlines() if "cmlm_plugin warning: --rerank-with" in line]
+    assert len(warning) == 1
+    assert_matches_readme("rerank-one-candidate", warning[0])
+    assert sorted(hypotheses(out)) == [0, 1, 2, 3]  # decoded as without the flag
+
+
 def test_split_dictionaries_are_refused(odd, tmp_path):
     preprocess_split = [
         "--source-lang", "src", "--target-lang", "tgt", "--trainpref",
@@ -245,7 +289,9 @@ def test_readme_lists_every_case():
     tested = set(GENERATION_FLAG_CASES) | {
         "empty-source", "unknown-source", "too-long", "too-long-raw", "wrong-model", "corrupt-checkpoint",
         "unsafe-checkpoint", "vocabulary-mismatch", "split-dictionaries", "user-dir-missing",
-        "user-dir-old-copy", "bad-template", "nan-logits", "length-out-of-range", "no-mask",
+        "user-dir-old-copy", "bad-template", "template-no-mask", "nan-logits",
+        "length-out-of-range", "no-mask",
         "convert-wrong-source", "average-too-few", "int8-gpu",
+        "rerank-missing", "rerank-not-autoregressive", "rerank-vocabulary", "rerank-one-candidate",
     }  # fmt: skip
     assert cases == tested

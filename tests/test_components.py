@@ -180,6 +180,23 @@ def test_weights_only_loading_refuses_pickled_callables(tmp_path):
         torch.load(bad)
 
 
+def test_weights_only_loading_takes_fairseq_eval_bleu_counts(tmp_path):
+    """fairseq's --eval-bleu stores numpy count arrays in extra_state; object arrays stay out."""
+    import numpy as np
+
+    import cmlm_plugin  # noqa: F401  (installs the allow-list)
+
+    counts = {"val": np.array([372, 182, 95, 51]), "sum": np.array([0.5, 1.5], dtype=np.float32)}
+    path = tmp_path / "ar.pt"
+    torch.save({"extra_state": {"metrics": {"valid": [(10, "_bleu_counts", counts)]}}}, path)
+    loaded = torch.load(path)["extra_state"]["metrics"]["valid"][0][2]
+    assert loaded["val"].tolist() == [372, 182, 95, 51] and loaded["sum"].dtype == np.float32
+    bad = tmp_path / "objects.pt"
+    torch.save({"o": np.array([1, "x"], dtype=object)}, bad)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(bad)
+
+
 def test_diffusion_loss_is_the_weighted_bound(data_dir):
     task, model, criterion = setup(data_dir, "--objective", "diffusion", "--label-smoothing", "0")
     model.eval()

@@ -22,12 +22,15 @@ maybe = lambda strategy: st.none() | strategy  # noqa: E731
 def configs(draw):
     impl = draw(st.sampled_from(dc.IMPLS))
     beams = draw(counts)
+    prior = draw(st.just(0.0) | st.floats(0, 100))
     if draw(st.booleans()):  # Mask-Predict
         return dc.DecodeConfig(passes=draw(counts), length_beams=beams, impl=impl,
                                prune_after=draw(maybe(counts)),
-                               stop_unchanged=draw(st.booleans()))  # fmt: skip
+                               stop_unchanged=draw(st.booleans()), length_prior=prior,
+                               adaptive_passes=draw(maybe(st.integers(0, 20))),
+                               regions=draw(counts))  # fmt: skip
     threshold = draw(maybe(st.floats(0, 1, exclude_min=True)))
-    return dc.DecodeConfig(steps=draw(counts), length_beams=beams, impl=impl,
+    return dc.DecodeConfig(steps=draw(counts), length_beams=beams, impl=impl, length_prior=prior,
                            block_length=draw(maybe(counts)), threshold=threshold)  # fmt: skip
 
 
@@ -58,6 +61,13 @@ def test_mask_predict_flags():
         "--length-prune-after", "1", "--length-prune-keep", "1",
         "--stop-unchanged", "--decoder-impl", "int8",
     ]  # fmt: skip
+    assert flags("T=10,l=5,lp=0.5")[4:] == ["--length-prior-weight", "0.5"]
+    assert flags("S=4,lp=1")[-2:] == ["--length-prior-weight", "1.0"]
+    assert not dc.parse("T=10,l=5,lp=0.5").fairseq_comparable
+    assert dc.parse("T=10,lp=0") == dc.parse("T=10")  # weight 0 is the paper's rule
+    assert flags("T=10,ap=0,regions=3")[4:] == ["--adaptive-passes", "0", "--remask-regions", "3"]
+    assert dc.parse("T=10,regions=1") == dc.parse("T=10")  # one region is the global rule
+    assert not dc.parse("T=10,ap=1").plain
 
 
 def test_diffusion_flags():
@@ -110,7 +120,13 @@ def test_canonical_form_and_defaults():
         ("S=2,c=0", "c=0 needs a number in (0, 1]"),
         ("S=2,c=nan", "c=nan needs a number"),
         ("S=2,c=high", "c=high needs a number"),
-        ("T=1,impl=gpu", "impl=gpu is not one of fast, int8, modules"),
+        ("T=1,impl=gpu", "impl=gpu is not one of fast, int8, compiled, modules"),
+        ("T=1,lp=-1", "lp=-1 needs a number >= 0"),
+        ("T=1,lp=inf", "lp=inf needs a number >= 0"),
+        ("T=1,lp=x", "lp=x needs a number >= 0"),
+        ("T=1,ap=-1", "ap=-1 needs a whole number >= 0"),
+        ("T=1,regions=0", "regions=0 needs a whole number >= 1"),
+        ("S=2,ap=1", "key 'ap' applies only to T= (Mask-Predict)"),
     ],
 )
 def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
@@ -119,7 +135,10 @@ def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"bad decoding config {text!r}: ")
     assert problem in message
-    assert "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, impl=fast|int8|modules" in message
+    assert (
+        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, impl=fast|int8|compiled|modules"
+        in message
+    )
 
 
 def test_argparse_type_reports_a_usage_error():
@@ -157,7 +176,8 @@ def test_cmlm_table_shows_the_config_of_cells_beyond_t_and_l():
 
     row = dict(kind="cmlm", label="ours", T=10, l=5, config="T=10,l=5", plain=True,
                sacrebleu=20.0, sentences_per_s=5.0, tokens_per_s=60.0, passes=9.8,
-               with_mask_or_unk=0, sentences=10)  # fmt: skip
+               with_mask_or_unk=0, sentences=10, brevity_penalty=1.0, length_exact=0.5,
+               length_within_2=1.0, length_error_mean=0.0)  # fmt: skip
     assert "config" not in table.markdown([row], "wmt14-en-de", tokenized=False)
     pruned = {**row, "config": "T=10,l=5,prune=1", "plain": False}
     lines = table.markdown([row, pruned], "wmt14-en-de", tokenized=False).splitlines()

@@ -3,8 +3,9 @@
 ``FastDecoder`` (cross-attention keys/values once per sentence, packed projections)
 must give the logits of ``model.decoder_logits`` on encoder states expanded to every
 candidate, for every decoder framing and for pre-norm layers; the generator must
-decode the same hypotheses with ``--decoder-impl fast`` and ``modules``; ``int8``
-stays close to the float model and refuses what it cannot evaluate.
+decode the same hypotheses with ``--decoder-impl fast`` and ``modules`` (and
+``compiled``, the fast path through ``torch.compile``, the same tokens as ``fast``); ``int8``
+stays close to the float model; ``int8`` and ``compiled`` refuse what they cannot run.
 """
 
 import argparse
@@ -208,3 +209,86 @@ def test_int8_refuses_a_half_precision_model(data_dir):
     model = model.to(torch.bfloat16)
     with pytest.raises(CMLMPluginError, match="drop --fp16/--bf16"):
         inference_path(model, "int8", CPU)
+
+
+def test_bucket_sizes_cover_and_stay_few():
+    from cmlm_plugin.models.compiled_decoder import bucket, length_bucket
+
+    sizes = (1, 2, 3, 5, 8, 9, 17, 128, 129)
+    assert [bucket(n) for n in sizes] == [1, 2, 4, 8, 8, 16, 24, 128, 136]
+    assert [bucket(n, step=1) for n in sizes] == list(sizes)  # a CPU pads nothing
+    assert [length_bucket(n) for n in (1, 8, 9, 40, 41)] == [8, 8, 16, 40, 48]
+    assert len({bucket(n) for n in range(1, 257)}) == 35  # 4 powers of two, 31 multiples of 8
+
+
+@pytest.mark.parametrize(
+    "extra", [(), ("--decoding", "diffusion", "--cfg-scale", "1.5")], ids=["mask-predict", "guided"]
+)
+def test_compiled_decodes_the_same_tokens_as_fast(data_dir, extra):
+    task, model = tiny_model(data_dir, *extra)
+    fast, compiled = decode(task, model, "fast"), decode(task, model, "compiled")
+    for (a,), (b,) in zip(fast, compiled):
+        assert a["tokens"].tolist() == b["tokens"].tolist()
+        assert a["steps"] == b["steps"]
+        torch.testing.assert_close(a["positional_scores"], b["positional_scores"])
+    path = inference_path(model, "compiled", CPU)
+    assert type(path).__name__ == "CompiledPath"  # cached on the model, never modules
+
+
+def test_bucketed_compiled_logits_equal_the_fast_path(data_dir):
+    """CUDA's bucketing (rows, target and source lengths padded to 8s), run on a CPU."""
+    from cmlm_plugin.models.compiled_decoder import CompiledDecoder
+
+    task, model = tiny_model(data_dir, "--decoder-frame", "bos-eos")
+    sample = sample_for(task, SOURCES, TARGETS)
+    sentences = torch.tensor([2, 0, 0, 1, 3])  # 5 rows -> 8
+    tokens, where = random_inputs(task, sentences.numel(), 7)  # L = 7 -> 8
+    fast, compiled = FastDecoder(model), CompiledDecoder(model, CPU, step=8)
+    with torch.no_grad():
+        net = sample["net_input"]
+        encoder_out = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+        cache = compiled.prepare(encoder_out)
+        for selection in (where, None):
+            expected = fast.logits(tokens, fast.prepare(encoder_out), sentences, selection)
+            got = compiled.logits(tokens, cache, sentences, selection)
+            assert got.shape == expected.shape
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert compiled.shapes == {(8, 8, 4, 8)}  # rows, length, sentences, source length
+
+
+def test_compiled_refuses_without_a_cxx_compiler(data_dir, monkeypatch):
+    import cmlm_plugin.models.compiled_decoder as compiled_decoder
+
+    task, model = tiny_model(data_dir)
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(compiled_decoder.shutil, "which", lambda name: None)
+    with pytest.raises(CMLMPluginError, match="needs a C.. compiler: install g"):
+        inference_path(model, "compiled", CPU)
+
+
+def test_a_failing_compile_names_the_fix_and_never_falls_back(data_dir):
+    import torch._dynamo.exc
+
+    from cmlm_plugin.models.compiled_decoder import CompiledDecoder
+
+    task, model = tiny_model(data_dir)
+    compiled = CompiledDecoder(model, CPU)
+
+    def broken(*args):
+        raise torch._dynamo.exc.TorchDynamoException("inductor crashed\nmore lines")
+
+    compiled.trunk = broken
+    sample = sample_for(task, SOURCES, TARGETS)
+    tokens, where = random_inputs(task, len(SOURCES), 6)
+    with torch.no_grad():
+        net = sample["net_input"]
+        cache = compiled.prepare(model.encoder(net["src_tokens"], src_lengths=net["src_lengths"]))
+        with pytest.raises(CMLMPluginError, match="inductor crashed.*use --decoder-impl fast"):
+            compiled.logits(tokens, cache, torch.arange(len(SOURCES)), where)
+
+
+def test_compiled_refuses_what_the_fast_path_cannot_evaluate(data_dir):
+    task, model = tiny_model(data_dir)
+    model.decoder.layers[0].attn_ln = torch.nn.LayerNorm(model.decoder.embed_dim)
+    with pytest.raises(CMLMPluginError, match="compiled cannot evaluate.*decoder-impl modules"):
+        inference_path(model, "compiled", CPU)

@@ -12,7 +12,7 @@ import shutil
 import sys
 
 import pytest
-from cli import hypotheses, run
+from cli import hypotheses, invoke, run
 from conftest import N_TEST, ROOT
 
 TINY = [
@@ -115,6 +115,10 @@ def test_distill_replaces_training_targets_with_the_teachers(tiny_run, autoregre
     assert "distilled pairs" in out and len(sources) == len(targets) >= 290
     assert set(sources) <= set(originals)  # the sources are the training sources
     assert any(originals[s] != t for s, t in zip(sources, targets))  # the teacher's targets
+    # the length report compares the teacher's targets with the originals, in pieces
+    ratio = sum(len(t.split()) for t in targets) / sum(len(originals[s].split()) for s in sources)
+    assert f"distilled/original target length: {ratio:.4f}" in out
+    assert ("warning: the teacher's targets are" in out) == (ratio < 0.97)
     for split in ("valid", "test"):
         assert (distilled / f"bin/{split}.src-tgt.src.bin").exists()
     run(
@@ -143,3 +147,38 @@ def test_decode_speed_benchmark_runs_side_by_side(tiny_run, fairseq_cmlm, autore
     assert any("ours / fairseq's generator" in line for line in report["ratios"])
     assert {r["length"] for r in report["length_scaling"]} == {4, 8}
     assert (tmp_path / "decode_speed.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_length_bias_and_learning_curve_benchmarks_run(tiny_run, fairseq_cmlm, tmp_path):
+    _, ours = fairseq_cmlm
+    out = run(sys.executable, ROOT / "benchmarks/length_bias.py", tiny_run / "bin", "--path", ours,
+              "--gen-subset", "test", "--cpu", stdout_only=True)  # fmt: skip
+    stats = json.loads(out)
+    assert stats["sentences"] == N_TEST
+    assert 0 <= stats["exact"] <= stats["within_2"] <= 1
+    shares = stats["within_2"] + stats["short_by_more_than_2"] + stats["long_by_more_than_2"]
+    assert abs(shares - 1) < 1e-3
+    runs = tmp_path / "run"
+    runs.mkdir()
+    for name in ("checkpoint_1_10.pt", "checkpoint_2_20.pt", "checkpoint_last.pt"):
+        shutil.copy(ours, runs / name)  # only the E_U ones are points of the curve
+    report = tmp_path / "curve.json"
+    run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
+        "--cmlm", f"ours={runs}", "--config", "T=2,l=1", "--cpu", "--json", report,
+        "--plot", tmp_path / "curve.png")  # fmt: skip
+    points = json.loads(report.read_text())
+    assert [p["updates"] for p in points] == [10, 20]
+    assert points[0]["sacrebleu"] == points[1]["sacrebleu"]  # the same weights twice
+    run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
+        "--cmlm", f"ours={runs}", "--config", "T=1", "--every", "20", "--cpu", "--json", report)  # fmt: skip
+    assert [p["updates"] for p in json.loads(report.read_text())] == [20]
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
+    script = ROOT / "examples/translation/train-multi30k-best.sh"
+    for env, problem in (({}, "preprocess.log not found: run prepare-multi30k.sh first"),
+                         ({"MAX_UPDATE": "3k"}, "MAX_UPDATE must be a positive integer")):  # fmt: skip
+        proc = invoke("bash", script, tmp_path / "nothing", tmp_path / "work", env=env)
+        assert proc.returncode == 1 and problem in proc.stderr
+        assert not (tmp_path / "work").exists()  # nothing trained, nothing written

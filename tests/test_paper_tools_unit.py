@@ -1,5 +1,7 @@
 """Unit tests: cmlm-table's parsing and scoring, decoder frames, converter length heads."""
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -43,11 +45,23 @@ def test_scores_count_masks_and_bleu_of_identical_text_is_100():
     refs = ["a small house by the lake", "two dogs run on the grass"]
     out = table.scores(refs, refs, tokenized=True, compound=True, tokenize="13a")
     assert out["sacrebleu"] == 100.0 and out["tokenized_bleu"] == 100.0
-    assert out["with_mask_or_unk"] == 0
+    assert out["with_mask_or_unk"] == 0 and out["brevity_penalty"] == 1.0
+    assert out["distinct_outputs"] == 2
+    assert table.scores(refs[:1] * 2, refs, False, False, "13a")["distinct_outputs"] == 1
+    assert out["length_exact"] == out["length_within_2"] == 1.0 and out["length_error_mean"] == 0
     assert (
         table.scores(["a <mask> house", "two <unk>"], refs, False, False, "13a")["with_mask_or_unk"]
         == 2
     )
+
+
+def test_length_errors_count_words_of_output_minus_reference():
+    refs = ["a b c d", "a b c d e f g h", "a", "a b"]
+    hyps = ["a b c d", "a b c d e", "a b c d e", "a b"]  # errors 0, -3, +4, 0
+    out = table.length_errors(hyps, refs)
+    assert out == {"length_error_mean": 0.25, "length_exact": 0.5, "length_within_2": 0.5}
+    short = table.scores(["a small house"], ["a small house by the lake"], False, False, "13a")
+    assert short["brevity_penalty"] == round(math.exp(1 - 6 / 3), 3)  # sacreBLEU's BP
 
 
 def test_compound_splitting_marks_hyphens_between_words():
@@ -78,10 +92,13 @@ def test_fairseq_cmlm_gets_one_pass_less_and_ours_the_same_t():
 
 def test_markdown_prints_the_paper_beside_matching_cells():
     row = dict(kind="cmlm", label="ours", T=10, l=5, sacrebleu=20.0, sentences_per_s=5.0,
-               tokens_per_s=60.0, passes=9.8, with_mask_or_unk=0, sentences=10)  # fmt: skip
+               tokens_per_s=60.0, passes=9.8, with_mask_or_unk=0, sentences=10,
+               brevity_penalty=0.9, length_exact=0.25, length_within_2=0.75,
+               length_error_mean=-1.5)  # fmt: skip
     text = table.markdown([row, {**row, "T": 4}], "wmt14-en-de", tokenized=False)
     lines = text.splitlines()
     assert lines[2].endswith("| 27.03 |") and lines[3].endswith("| - |")
+    assert "| 0.900 | 25.0 / 75.0 % | -1.50 |" in lines[2]
 
 
 @settings(max_examples=60, deadline=None)

@@ -9,11 +9,12 @@ A configuration is comma-separated ``key=value`` items (order free, each key onc
 
 Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (``--decoding
 diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
-``impl=fast|int8|modules`` (``--decoder-impl``, default fast) apply to both; ``prune=K``
-(``--length-prune-after K --length-prune-keep 1``) and ``stop`` (``--stop-unchanged``) to
-Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
+``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast) and ``lp=W`` (``--length-prior-weight``,
+W >= 0, default 0) apply to both; ``prune=K``
+(``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``), ``ap=C``
+(``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
 <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune, stop,
-impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
+ap, regions, lp, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
 raises a one-line ``CMLMPluginError`` naming the bad key and the allowed ones.
 """
 
@@ -25,9 +26,21 @@ from typing import List, Optional
 
 from ..errors import CMLMPluginError
 
-IMPLS = ("fast", "int8", "modules")  # --decoder-impl choices; fast is the default
-KEYS = ("T", "S", "l", "b", "c", "prune", "stop", "impl")  # the canonical order
-MASK_PREDICT_ONLY = ("prune", "stop")
+IMPLS = ("fast", "int8", "compiled", "modules")  # --decoder-impl choices; fast is the default
+KEYS = (
+    "T",
+    "S",
+    "l",
+    "b",
+    "c",
+    "prune",
+    "stop",
+    "ap",
+    "regions",
+    "lp",
+    "impl",
+)  # the canonical order
+MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions")
 DIFFUSION_ONLY = ("b", "c")
 _COUNT = re.compile(r"\d+")
 _COMPACT = re.compile(r"\d+x\d+.*")
@@ -44,6 +57,9 @@ class DecodeConfig:
     threshold: Optional[float] = None  # c (diffusion)
     prune_after: Optional[int] = None  # prune (Mask-Predict; keeps 1 candidate)
     stop_unchanged: bool = False  # stop (Mask-Predict)
+    adaptive_passes: Optional[int] = None  # ap (Mask-Predict): T_i = ceil(log2 n) + C
+    regions: int = 1  # regions (Mask-Predict): --remask-regions
+    length_prior: float = 0.0  # lp: --length-prior-weight
     impl: str = "fast"
 
     @property
@@ -58,7 +74,14 @@ class DecodeConfig:
     @property
     def fairseq_comparable(self) -> bool:
         """fairseq's ``IterativeRefinementGenerator`` runs this T and l (impl is ours only)."""
-        return not self.diffusion and self.prune_after is None and not self.stop_unchanged
+        return (
+            not self.diffusion
+            and self.prune_after is None
+            and not self.stop_unchanged
+            and not self.length_prior
+            and self.adaptive_passes is None
+            and self.regions == 1
+        )
 
     def baseline(self) -> "DecodeConfig":
         """Plain Mask-Predict at the same call budget and l: the fairseq cell to compare with."""
@@ -75,6 +98,12 @@ class DecodeConfig:
             out.append(f"prune={self.prune_after}")
         if self.stop_unchanged:
             out.append("stop")
+        if self.adaptive_passes is not None:
+            out.append(f"ap={self.adaptive_passes}")
+        if self.regions != 1:
+            out.append(f"regions={self.regions}")
+        if self.length_prior:
+            out.append(f"lp={self.length_prior!r}")
         if self.impl != "fast":
             out.append(f"impl={self.impl}")
         return out
@@ -102,6 +131,12 @@ class DecodeConfig:
             out += ["--length-prune-after", str(self.prune_after), "--length-prune-keep", "1"]
         if self.stop_unchanged:
             out.append("--stop-unchanged")
+        if self.adaptive_passes is not None:
+            out += ["--adaptive-passes", str(self.adaptive_passes)]
+        if self.regions != 1:
+            out += ["--remask-regions", str(self.regions)]
+        if self.length_prior:
+            out += ["--length-prior-weight", repr(self.length_prior)]
         if self.impl != "fast":
             out += ["--decoder-impl", self.impl]
         return out
@@ -111,7 +146,7 @@ class DecodeConfig:
         if not self.fairseq_comparable:
             raise CMLMPluginError(
                 f"decoding config {self}: fairseq's generator runs only T= and l= "
-                "(no S, prune or stop)"
+                "(no S, prune, stop, ap, regions or lp)"
             )
         return [
             "--iter-decode-max-iter",
@@ -124,7 +159,7 @@ class DecodeConfig:
 def _error(text: str, problem: str) -> CMLMPluginError:
     return CMLMPluginError(
         f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
-        f"prune=N, stop, impl={'|'.join(IMPLS)}; e.g. T=10,l=5 or S=10,b=4)"
+        f"prune=N, stop, ap=C, regions=K, lp=W, impl={'|'.join(IMPLS)}; e.g. T=10,l=5 or S=10,b=4)"
     )
 
 
@@ -160,9 +195,13 @@ def parse(text: str) -> DecodeConfig:
     for key, name in (("T", "passes"), ("S", "steps"), ("l", "length_beams")):
         if key in values:
             config[name] = _count(text, key, values[key])
-    for key, name in (("b", "block_length"), ("prune", "prune_after")):
+    for key, name in (("b", "block_length"), ("prune", "prune_after"), ("regions", "regions")):
         if key in values:
             config[name] = _count(text, key, values[key])
+    if "ap" in values:
+        if not _COUNT.fullmatch(values["ap"]):
+            raise _error(text, f"ap={values['ap']} needs a whole number >= 0")
+        config["adaptive_passes"] = int(values["ap"])
     if "c" in values:
         try:
             threshold = float(values["c"])
@@ -171,6 +210,14 @@ def parse(text: str) -> DecodeConfig:
         if not 0 < threshold <= 1:
             raise _error(text, f"c={values['c']} needs a number in (0, 1]")
         config["threshold"] = threshold
+    if "lp" in values:
+        try:
+            weight = float(values["lp"])
+        except ValueError:
+            weight = math.nan
+        if not 0 <= weight < math.inf:
+            raise _error(text, f"lp={values['lp']} needs a number >= 0")
+        config["length_prior"] = weight
     if "impl" in values:
         if values["impl"] not in IMPLS:
             raise _error(text, f"impl={values['impl']} is not one of {', '.join(IMPLS)}")

@@ -17,7 +17,10 @@ detokenized text (signature printed; ``--tokenize zh`` for Chinese), optionally 
 BLEU (``--tokenized-bleu``: sacreBLEU's 13a tokens scored without further tokenization,
 with ``##AT##-##AT##`` compound splitting under ``--compound-split`` -- close to, not
 identical with, the paper's Moses tokenizer + multi-bleu), sentences/s and tokens/s as
-fairseq-generate times them (model loading excluded), decoder passes per sentence
+fairseq-generate times them (model loading excluded), sacreBLEU's brevity penalty, the
+length error in words (output minus reference, whitespace-separated words of the
+detokenized text: its mean, and the shares exactly right and within +-2), decoder passes
+per sentence
 (``--print-step``), and the outputs that still hold ``<mask>`` or ``<unk>``. Cells beyond
 plain T and l get a ``config`` column. The paper's numbers are printed beside ours where
 ``--pair`` names one of its language pairs (plain T and l cells only).
@@ -103,10 +106,14 @@ def scores(
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     bleu = sacrebleu.metrics.BLEU(tokenize=tokenize)
+    corpus = bleu.corpus_score(hyps, [refs])
     out = {
-        "sacrebleu": round(bleu.corpus_score(hyps, [refs]).score, 2),
+        "sacrebleu": round(corpus.score, 2),
+        "brevity_penalty": round(corpus.bp, 3),
         "signature": str(bleu.get_signature()),
         "with_mask_or_unk": sum("<mask>" in h or "<unk>" in h for h in hyps),
+        "distinct_outputs": len(set(hyps)),  # far below the sentences: the source is ignored
+        **length_errors(hyps, refs),
     }
     if tokenized:
         tok = Tokenizer13a()
@@ -116,6 +123,16 @@ def scores(
         )
         out["tokenized_bleu"] = round(score.score, 2)
     return out
+
+
+def length_errors(hyps: List[str], refs: List[str]) -> Dict:
+    """Output minus reference length in words: mean, share exact, share within +-2."""
+    errors = [len(h.split()) - len(r.split()) for h, r in zip(hyps, refs)]
+    return {
+        "length_error_mean": round(statistics.mean(errors), 3),
+        "length_exact": round(sum(e == 0 for e in errors) / len(errors), 4),
+        "length_within_2": round(sum(abs(e) <= 2 for e in errors) / len(errors), 4),
+    }
 
 
 def configs(args) -> List:
@@ -196,6 +213,7 @@ def markdown(rows: List[Dict], pair: Optional[str], tokenized: bool) -> str:
     configs = any(not r.get("plain", True) for r in rows if r["kind"] != "ar")
     head = ["system", "T", "l / beam"] + (["config"] * configs) + ["sacreBLEU"]
     head += ["tok. BLEU"] * tokenized
+    head += ["BP", "len. exact / ±2", "len. error"]
     head += ["sent/s", "tokens/s", "passes/sent", "with <mask>/<unk>"] + (["paper"] if pair else [])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
@@ -206,6 +224,9 @@ def markdown(rows: List[Dict], pair: Optional[str], tokenized: bool) -> str:
         cols.append(f"{r['sacrebleu']:.2f}")
         if tokenized:
             cols.append(f"{r['tokenized_bleu']:.2f}")
+        cols.append(f"{r['brevity_penalty']:.3f}")
+        cols.append(f"{100 * r['length_exact']:.1f} / {100 * r['length_within_2']:.1f} %")
+        cols.append(f"{r['length_error_mean']:+.2f}")
         cols += [f"{r['sentences_per_s']:.1f}", f"{r['tokens_per_s']:.0f}"]
         cols.append("-" if r["passes"] is None else f"{r['passes']:.2f}")
         cols.append(f"{r['with_mask_or_unk']} / {r['sentences']}")

@@ -5,15 +5,16 @@ encodes each source once through the model's inference path (``models.inference`
 proposes the top-l lengths of the length head, starts the decoder state of the l
 candidates (no second encoder pass), hands a ``DecoderStep`` to the pure-torch loop of
 ``cmlm_decoding``, keeps each sentence's candidate with the highest mean
-log-probability and returns fairseq's hypothesis dicts (``hypotheses``).
+log-probability (with the task's ``--rerank-with``, the one an autoregressive model
+scores best: ``rerank``) and returns fairseq's hypothesis dicts (``hypotheses``).
 
 Flags (fairseq's generation options, with the paper's meaning):
 ``--iter-decode-max-iter T`` decoder passes (T = 1: single-pass NAT; also the
 diffusion step count unless ``--diffusion-steps``); ``--iter-decode-with-beam l``
 length candidates; ``--iter-decode-force-max-iter`` spends all T passes on every
-sentence; ``--retain-iter-history`` and ``--print-step`` add the per-step outputs
-and the passes (diffusion: model calls, NFE) to the hypotheses. The task's
-``--decoding`` and its options choose and tune the algorithm; ``build_generator``
+sentence (with the task's ``--adaptive-passes``, all of each sentence's own T_i);
+``--retain-iter-history`` and ``--print-step`` add the per-step outputs and the passes
+(diffusion: model calls, NFE) to the hypotheses. The task's ``--decoding`` and its options choose and tune the algorithm; ``build_generator``
 turns them into the core's options record (``MaskPredictOptions`` or
 ``DiffusionOptions``), which checks every value once, at start-up.
 
@@ -39,6 +40,7 @@ from ..models.inference import inference_path
 from ..symbols import mask_index
 from ..training.noise import empty_sources
 from .hypotheses import hypotheses
+from .rerank import build_reranker, combine
 from .step import DecoderStep, refuse_nonfinite
 from .templates import apply_templates, parse_templates, start_tokens
 
@@ -56,6 +58,8 @@ MASK_PREDICT_FLAGS = {
     "prune_after": "--length-prune-after",
     "prune_keep": "--length-prune-keep",
     "stop_unchanged": "--stop-unchanged",
+    "adaptive_passes": "--adaptive-passes",
+    "remask_regions": "--remask-regions",
 }
 DIFFUSION_FLAGS = {
     "block_length": "--block-length",
@@ -100,6 +104,8 @@ class LengthBeamGenerator:
         # the step returns log-probabilities over the whole vocabulary (Mask-Predict)
         self.normalize_before_ban = False
         self.length_prior_weight = 0.0  # --length-prior-weight: 0 is the paper's selection
+        self.reranker = None  # --rerank-with: an AR model rescoring the candidates (rerank.py)
+        self.rerank_weight = 1.0  # --rerank-weight: the AR score's share
 
     def check_models(self, models) -> None:
         if len(models) != 1:
@@ -131,6 +137,7 @@ class LengthBeamGenerator:
             model.eval()
         net_input = sample["net_input"]
         src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]  # B x S
+        sources = (src_tokens, src_lengths)  # before guidance adds empty sources
         num_sentences = src_tokens.size(0)
         beam = self.beam_size
         device = src_tokens.device
@@ -181,6 +188,10 @@ class LengthBeamGenerator:
         scores = result.scores  # N
         if self.length_prior_weight:  # the length head's belief as a prior over candidates
             scores = scores + self.length_prior_weight * length_logprobs.reshape(-1).float()
+        if self.reranker is not None:  # one teacher-forced AR pass over the N candidates
+            self.reranker.follow(model)
+            ar_scores = self.reranker.score(*sources, result.tokens, order[:num_candidates])
+            scores = combine(scores, ar_scores, self.rerank_weight)  # N
         best = select_best(scores, beam)  # B
         return hypotheses(result, best, no_source, self.pad, self.eos, self.retain_history)
 
@@ -311,6 +322,8 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
             prune_after=task_cfg.length_prune_after,
             prune_keep=task_cfg.length_prune_keep,
             stop_unchanged=getattr(task_cfg, "stop_unchanged", False),
+            adaptive_passes=getattr(task_cfg, "adaptive_passes", None),
+            remask_regions=getattr(task_cfg, "remask_regions", 1),
         )
         if options.force_max_iter and options.stop_unchanged:
             raise CMLMPluginError(
@@ -322,6 +335,8 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
     if weight < 0:
         raise CMLMPluginError(f"--length-prior-weight must be >= 0, got {weight}")
     generator.length_prior_weight = weight
+    generator.reranker = build_reranker(task_cfg, src_dict, tgt_dict, generator.beam_size)
+    generator.rerank_weight = getattr(task_cfg, "rerank_weight", 1.0)
     generator.source_symbols = (src_dict.pad(), src_dict.eos())
     if models:
         generator.check_models(models)

@@ -4,12 +4,13 @@
     hub = CMLMPluginModel.from_pretrained(...)
     infill(hub, ["A man rides a bike ."], ["Ein Mann <mask> <mask> Fahrrad ."])
 
-A template is a target sentence in which every ``<mask>`` is one target token
-(one subword unit after BPE) to generate; every other token is kept as given.
-Templates go through the hub's tokenizer and BPE like sources do, so a
-sentencepiece model must keep ``<mask>`` whole (``prepare-multi30k.sh`` trains it
-with ``<mask>`` as a user-defined symbol). The same templates work on the command
-line: ``fairseq-interactive ... --constraints`` reads ``source<TAB>template``.
+A template is a target sentence in which every ``<mask>`` is one target piece
+(one subword unit after BPE) to generate and ``<mask:N>`` is N of them; every other
+piece is kept as given. The text between masks goes through the hub's tokenizer and
+BPE on its own (``templates.encode_template``), so under sentencepiece no ``▁`` piece is
+fixed in front of a mask and a masked position may start a word. The same templates
+work on the command line: ``fairseq-interactive ... --constraints`` reads
+``source<TAB>template`` and encodes it the same way (the task's ``TemplateBPE``).
 """
 
 import copy
@@ -19,6 +20,7 @@ import torch
 from fairseq.token_generation_constraints import pack_constraints
 
 from ..errors import CMLMPluginError
+from .templates import encode_template, is_sentencepiece
 
 
 def infill(hub, sources: List[str], templates: List[str], **generation) -> List[str]:
@@ -40,10 +42,15 @@ def infill(hub, sources: List[str], templates: List[str], **generation) -> List[
     task, models = hub.task, hub.models
     tgt_dict = task.target_dictionary
     source_tokens = [hub.encode(s) for s in sources]
+    sentencepiece = is_sentencepiece(hub.bpe)
+
+    def pieces(text: str) -> str:
+        return hub.apply_bpe(hub.tokenize(text))
+
     packed = pack_constraints(
         [
-            [tgt_dict.encode_line(hub.apply_bpe(hub.tokenize(t)), append_eos=False,
-                                  add_if_not_exist=False).long()]  # fmt: skip
+            [tgt_dict.encode_line(encode_template(t, pieces, tgt_dict, sentencepiece),
+                                  append_eos=False, add_if_not_exist=False).long()]  # fmt: skip
             for t in templates
         ]
     )

@@ -1,18 +1,127 @@
 """Infilling templates: target tokens given by the user, ``<mask>`` where to generate.
 
-A template arrives as the first of fairseq's packed constraints
+Text to pieces (``encode_template``, used by ``TemplateBPE`` for ``fairseq-interactive``
+and by ``generation.infill`` for the hub): a ``<mask>`` stands for one target piece
+(one subword unit) and ``<mask:N>`` for N of them. The text between masks is encoded by
+the tokenizer and BPE on its own, so the space in front of a mask is never a piece of
+its own: under sentencepiece, ``Ein Mann <mask> Fahrrad .`` is ``▁Ein ▁Mann <mask>
+▁Fahrrad ▁.``, not ``▁Ein ▁Mann ▁ <mask> ...``, and the masked position is free to
+start a word (``▁eine``) or to continue one. Text glued to the end of a mask
+(``<mask>.``) continues the mask's word: its first piece loses the word-start mark
+``▁`` when the vocabulary has that piece.
+
+Pieces to decoding: a template arrives as the first of fairseq's packed constraints
 (``fairseq.token_generation_constraints``: ``[count, c1..., 0, c2..., 0, ...]``), as
 ``fairseq-interactive --constraints`` builds them from ``source<TAB>template`` lines or
 ``generation.infill`` from Python. It fixes the candidate's length and its given
-tokens; the decoding loops fill only its ``<mask>`` positions.
+tokens; the decoding loops fill only its ``<mask>`` positions. A template without any
+``<mask>`` generates nothing (``unmasked_templates`` finds them, the task warns).
 """
 
-from typing import List, Optional, Tuple
+import re
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from ..errors import CMLMPluginError
+from ..symbols import MASK_SYMBOL
+
+MASK_MARKUP = re.compile(r"<mask(?::(\d+))?>")  # <mask> or <mask:N>
+MAX_SPAN = 4096  # the largest N of <mask:N>: far beyond any model's target positions
+WORD_START = "\u2581"  # sentencepiece's word-start mark
+
+
+def is_sentencepiece(bpe) -> bool:
+    """Whether ``bpe`` (a fairseq BPE object or None) is fairseq's sentencepiece."""
+    from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE
+
+    return isinstance(getattr(bpe, "bpe", bpe), SentencepieceBPE)
+
+
+def continue_word(pieces: List[str], dictionary, sentencepiece: bool) -> List[str]:
+    """``pieces`` of text glued to the end of a mask, as the continuation of its word."""
+    if not (sentencepiece and pieces and pieces[0].startswith(WORD_START)):
+        return pieces
+    if pieces[0] == WORD_START:  # "▁ ." : the mark alone
+        return pieces[1:]
+    inner = pieces[0][len(WORD_START) :]
+    if dictionary is not None and dictionary.index(inner) != dictionary.unk():
+        return [inner] + pieces[1:]
+    return pieces  # the vocabulary has no continuation piece: the text starts a word
+
+
+def encode_template(
+    text: str, encode: Callable[[str], str], dictionary=None, sentencepiece: bool = False
+) -> str:
+    """The space-separated pieces of a template, one ``<mask>`` per piece to generate.
+
+    ``encode`` is the tokenizer and BPE (text to pieces); ``dictionary`` the target
+    dictionary (for glued continuations). Text without ``<mask>`` markup is ``encode(text)``.
+    """
+    if not MASK_MARKUP.search(text):
+        return encode(text)
+    pieces, end = [], 0
+    for match in list(MASK_MARKUP.finditer(text)) + [None]:
+        segment = text[end : match.start() if match else len(text)]
+        if segment.strip():
+            encoded = encode(segment.strip()).split()
+            if end > 0 and not segment[0].isspace():
+                encoded = continue_word(encoded, dictionary, sentencepiece)
+            pieces += encoded
+        if match is None:
+            break
+        count = int(match.group(1) or 1)
+        if not 1 <= count <= MAX_SPAN:
+            raise CMLMPluginError(
+                f"an infilling template has {match.group(0)}: write <mask:N> with "
+                f"1 <= N <= {MAX_SPAN} (N pieces to generate)"
+            )
+        pieces += [MASK_SYMBOL] * count
+        end = match.end()
+    return " ".join(pieces)
+
+
+class TemplateBPE:
+    """fairseq's BPE (or none), with text holding ``<mask>`` encoded by ``encode_template``.
+
+    ``fairseq-interactive`` encodes sources and ``--constraints`` templates with the
+    task's BPE; this wrapper changes only text that holds ``<mask>`` markup.
+    """
+
+    def __init__(self, bpe, dictionary):
+        self.bpe = bpe
+        self.dictionary = dictionary
+        self.sentencepiece = is_sentencepiece(bpe)
+
+    def piece(self, text: str) -> str:
+        return text if self.bpe is None else self.bpe.encode(text)
+
+    def encode(self, text: str) -> str:
+        return encode_template(text, self.piece, self.dictionary, self.sentencepiece)
+
+    def decode(self, text: str) -> str:
+        return text if self.bpe is None else self.bpe.decode(text)
+
+    def __getattr__(self, name):  # is_beginning_of_word, ... of the wrapped BPE
+        bpe = self.__dict__.get("bpe")
+        if bpe is None:
+            raise AttributeError(name)
+        return getattr(bpe, name)
+
+
+def unmasked_templates(constraints: Tensor, mask_idx: int) -> List[Tuple[int, List[int]]]:
+    """``(row, template)`` of the ``B x K`` packed ``constraints`` with no ``<mask>``.
+
+    Empty templates are left to ``parse_templates``, which refuses them.
+    """
+    found = []
+    for i, row in enumerate(constraints.tolist()):  # input preparation, once per batch
+        body = row[1:]
+        template = body[: body.index(0)] if 0 in body else body
+        if row[0] > 0 and template and mask_idx not in template:
+            found.append((i, template))
+    return found
 
 
 def parse_templates(constraints: Tensor, max_length: int, special) -> List[Optional[List[int]]]:

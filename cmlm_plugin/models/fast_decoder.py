@@ -194,13 +194,10 @@ class FastDecoder:
         ]  # B x H x S x d each
         return kv, keep
 
-    def features(self, tokens: Tensor, cache, sentences: Tensor, where=None) -> Tensor:
-        """``n x L`` tokens of the candidates of ``sentences`` (``n``) -> ``n x L x C``.
-
-        With ``where`` (``n x L`` bool): ``M x C`` at its ``M`` positions only; the
-        last layer's feed-forward block then runs on those rows alone (the other
-        positions' final states are never read).
-        """
+    def trunk(self, tokens: Tensor, kv, keep: Tensor, sentences: Tensor) -> Tensor:
+        """``n x L`` tokens of the candidates of ``sentences`` (``n``) -> ``n x L x C``:
+        the states at the real positions before the last layer's feed-forward block
+        (``tail``). ``kv``, ``keep``: the two parts of ``prepare``'s cache."""
         dec = self.decoder
         pad, bos, eos = self.symbols
         framed, real = add_frame(tokens, dec.frame, pad, bos, eos)  # n x L'
@@ -212,21 +209,37 @@ class FastDecoder:
         if self.int8:
             x = x.float()
         self_keep = framed.ne(pad)[:, None, None, :]  # n x 1 x 1 x L'
-        kv, keep = cache
         cross_keep = keep[sentences][:, None, None, :]  # n x 1 x 1 x S
         last = len(self.layers) - 1
         for i, (w, (keys, values)) in enumerate(zip(self.layers, kv)):
             x = block(x, w, self_keep, w.norms[0], self_attention)
             cross = (keys[sentences], values[sentences], cross_keep)  # n x H x S x d
             x = block(x, w, cross, w.norms[1], cross_attention)
-            if i == last:
-                x = x[:, real]  # n x L x C
-                if where is not None:
-                    x = x[where]  # M x C, rows are independent from here on
-            x = block(x, w, None, w.final_norm, feed_forward)
-        if dec.layer_norm is not None:
-            x = dec.layer_norm(x)
-        return x  # n x L x C, or M x C
+            if i < last:
+                x = block(x, w, None, w.final_norm, feed_forward)
+        return x[:, real]  # n x L x C
+
+    def tail(self, x: Tensor) -> Tensor:
+        """The last layer's feed-forward block and the final norm, on independent rows
+        (``... x C`` -> ``... x C``)."""
+        w = self.layers[-1]
+        x = block(x, w, None, w.final_norm, feed_forward)
+        if self.decoder.layer_norm is not None:
+            x = self.decoder.layer_norm(x)
+        return x
+
+    def features(self, tokens: Tensor, cache, sentences: Tensor, where=None) -> Tensor:
+        """``n x L`` tokens of the candidates of ``sentences`` (``n``) -> ``n x L x C``.
+
+        With ``where`` (``n x L`` bool): ``M x C`` at its ``M`` positions only; the
+        last layer's feed-forward block then runs on those rows alone (the other
+        positions' final states are never read).
+        """
+        kv, keep = cache
+        x = self.trunk(tokens, kv, keep, sentences)  # n x L x C
+        if where is not None:
+            x = x[where]  # M x C, rows are independent from here on
+        return self.tail(x)  # n x L x C, or M x C
 
     def logits(self, tokens: Tensor, cache, sentences: Tensor, where=None) -> Tensor:
         """``n x L x V`` logits, or ``M x V`` at the ``M`` positions ``where`` marks."""

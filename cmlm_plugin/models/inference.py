@@ -14,7 +14,10 @@ the same on every path, up to float rounding (``int8``: up to quantization):
   sentence, packed projections); falls back to ``modules`` for layer options it does
   not implement;
 * ``int8``: ``fast`` with dynamically quantized int8 linear layers, CPU and float32
-  only, quantized once per model and cached on it.
+  only, quantized once per model and cached on it;
+* ``compiled``: ``fast`` with the decoder trunk through ``torch.compile`` on bucketed
+  shapes (``compiled_decoder``; CUDA graphs on CUDA), built once per model and cached on
+  it; it refuses, naming the fix, what it cannot compile instead of falling back.
 
 A new path is one class here (``name``, ``cached``, ``check``, ``encode``, ``start``,
 ``logits``), registered in ``INFERENCE_PATHS``; ``--decoder-impl`` offers the registry's
@@ -27,6 +30,7 @@ import torch
 from torch import Tensor
 
 from ..errors import CMLMPluginError
+from .compiled_decoder import CompiledDecoder, compile_problem
 from .fast_decoder import FastDecoder, unsupported
 from .fast_encoder import FastEncoder
 
@@ -114,7 +118,34 @@ class Int8Path(FastPath):
         return None
 
 
-INFERENCE_PATHS = {path.name: path for path in (FastPath, Int8Path, ModulePath)}
+class CompiledPath(FastPath):
+    """``fast`` with the decoder trunk compiled on bucketed shapes (CUDA graphs on CUDA)."""
+
+    name = "compiled"
+    cached = True  # the compiled graphs live as long as the model's weights
+
+    def __init__(self, model):
+        device = model.decoder.embed_tokens.weight.device
+        self.encoder = FastEncoder.build(model.encoder) or model.encoder  # once per batch
+        self.decoder = CompiledDecoder(model, device)
+
+    @classmethod
+    def check(cls, model, device: torch.device) -> Optional[str]:
+        problem = compile_problem(device)
+        if problem is not None:
+            raise CMLMPluginError(
+                f"--decoder-impl compiled cannot run: {problem}; or use --decoder-impl fast"
+            )
+        reason = unsupported(model.decoder)
+        if reason is not None:
+            raise CMLMPluginError(
+                f"--decoder-impl compiled cannot evaluate this decoder ({reason}): use "
+                "--decoder-impl modules"
+            )
+        return None
+
+
+INFERENCE_PATHS = {path.name: path for path in (FastPath, Int8Path, CompiledPath, ModulePath)}
 
 
 def _weights_version(params):
@@ -128,10 +159,11 @@ def inference_path(model, impl: str, device: torch.device):
 
     ``fast`` packs its weights anew for every batch (well under a millisecond), so it
     always reads the current parameters; ``int8`` quantizes once (about 0.1 s at
-    d=256), caches the result on the model and re-quantizes when a weight changes
-    (``_weights_version``): decode a model whose weights change through ``.data``
-    between calls (validation during training) with ``fast``. ``fast`` falls back to
-    ``modules`` for a decoder it cannot evaluate; ``int8`` refuses it.
+    d=256), ``compiled`` packs once and compiles on its first passes; both cache the
+    result on the model and rebuild it when a weight changes (``_weights_version``):
+    decode a model whose weights change through ``.data`` between calls (validation
+    during training) with ``fast``. ``fast`` falls back to ``modules`` for a decoder it
+    cannot evaluate; ``int8`` and ``compiled`` refuse it.
     """
     if impl not in INFERENCE_PATHS:
         raise CMLMPluginError(

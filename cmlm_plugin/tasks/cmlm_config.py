@@ -143,6 +143,22 @@ class CMLMConfig(TranslationConfig):
             "log-probability alone, which favours short candidates)"
         },
     )
+    rerank_with: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "checkpoint of a fairseq autoregressive model (e.g. --task translation "
+            "--arch transformer) with our dictionary: it scores the finished length "
+            "candidates (mean log-probability of the tokens and EOS, one teacher-forced "
+            "pass) and the best is kept, as fairseq's --iter-decode-with-external-reranker"
+        },
+    )
+    rerank_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "with --rerank-with: candidate score = W * AR score + (1 - W) * our "
+            "score, W in (0, 1] (1: the AR score alone, fairseq's rule)"
+        },
+    )
     stop_unchanged: bool = field(
         default=False,
         metadata={
@@ -151,13 +167,34 @@ class CMLMConfig(TranslationConfig):
             "may change outputs)"
         },
     )
+    adaptive_passes: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "mask_predict: length-adaptive passes (default: off, every sentence "
+            "gets --iter-decode-max-iter passes): a candidate of n tokens gets "
+            "T_i = clamp(ceil(log2 n) + C, 1, --iter-decode-max-iter) passes and its "
+            "re-mask schedule is computed from T_i; C >= 0 (the first design source "
+            "recommends 0 to 2; not in the paper)"
+        },
+    )
+    remask_regions: int = field(
+        default=1,
+        metadata={
+            "help": "mask_predict: split each target into K contiguous regions and spread "
+            "the re-mask count over them in proportion to their sizes, re-masking the "
+            "least confident positions of each region (1: the paper's global ranking; "
+            "not in the paper)"
+        },
+    )
     decoder_impl: ChoiceEnum(DECODER_IMPLS) = field(
         default="fast",
         metadata={
             "help": "how decoder passes are computed: fast (cross-attention keys/values "
             "once per sentence, packed projections; same outputs up to float rounding), "
             "int8 (fast with int8 dynamically quantized linear layers; CPU only, outputs "
-            "change slightly) or modules (fairseq's module forward, the reference)"
+            "change slightly), compiled (fast with the decoder trunk through torch.compile "
+            "on bucketed shapes, CUDA graphs on CUDA; same outputs up to float rounding) or "
+            "modules (fairseq's module forward, the reference)"
         },
     )
     diffusion_steps: int = field(

@@ -16,6 +16,11 @@ sentences of a binarized test set stop at start-up with a one-line ``CMLMPluginE
 (docs/reliability.md, "Bad input"). Raw text (``fairseq-interactive``, the hub interface) is
 different: an over-long sentence there is skipped with a warning on stderr and gets
 an empty output, so that every input line still gets exactly one output, in order.
+
+Infilling templates (``fairseq-interactive --constraints``) are encoded by the task's BPE,
+``generation.templates.TemplateBPE``: the text between ``<mask>``s goes through the BPE on
+its own, so no word-start piece is fixed in front of a mask. A template without any
+``<mask>`` is decoded as given (nothing to generate) with a warning on stderr naming the line.
 """
 
 import sys
@@ -27,6 +32,7 @@ from fairseq.tasks.translation import TranslationTask
 
 from ..errors import CMLMPluginError
 from ..generation.generator import build_generator
+from ..generation.templates import TemplateBPE, unmasked_templates
 from ..models.cmlm_transformer import CMLMPluginModel
 from ..symbols import MASK_SYMBOL, mask_index
 from ..training.noise import diffusion_mask, empty_sources, uniform_mask
@@ -121,7 +127,26 @@ class CMLMPluginTask(TranslationTask):
         first_id = getattr(self, "_inference_lines", 0)
         setattr(dataset, INFERENCE_FIRST_ID, first_id)
         self._inference_lines = first_id + len(dataset)
+        if constraints is not None:
+            self.warn_unmasked_templates(constraints, first_id)
         return dataset
+
+    def build_bpe(self, args):
+        """fairseq's BPE (or none), encoding infilling templates mask by mask."""
+        return TemplateBPE(super().build_bpe(args), self.tgt_dict)
+
+    def warn_unmasked_templates(self, constraints, first_id: int) -> None:
+        """One warning per template of the ``B x K`` packed ``constraints`` with no ``<mask>``."""
+        for i, template in unmasked_templates(constraints, self.mask_idx):
+            start = self.tgt_dict.string(torch.tensor(template[:5]))  # dictionary symbols only
+            print(
+                f"cmlm_plugin warning: input line {first_id + i}: the infilling template "
+                f"({start} …) has no <mask>, so nothing is generated and its output is the "
+                "template as given (score 0); write each piece to generate as <mask> "
+                "(or <mask:N> for N pieces)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def blank_long_sources(self, dataset, max_positions) -> None:
         """Replace each raw-text source too long for the model by EOS alone, with a warning.

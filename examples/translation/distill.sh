@@ -10,8 +10,13 @@
 # train-multi30k-ar.sh or fairseq's own recipes). OUT_DIR (default DATA_DIR-distill)
 # gets OUT_DIR/text/train.{src,tgt} (sentencepiece pieces) and OUT_DIR/bin, binarized
 # with the same dictionary; the valid/test files of DATA_DIR/bin are linked in.
-# BEAM (default 5, the paper's teacher beam is 4-5), MAX_TOKENS (default 8192) and
+# BEAM (default 5, the paper's teacher beam is 4-5), LENPEN (default 1, fairseq's
+# --lenpen: above 1 favours longer translations), MAX_TOKENS (default 8192) and
 # DEVICE_FLAGS (default --cpu; set it to "" on a GPU, add --fp16 there) tune decoding.
+# At the end it compares the distilled targets with the original ones (lengths in
+# pieces, immediate repeats) and warns when they are more than 3 % shorter: a student
+# learns its target lengths from them, so short teacher outputs become short student
+# outputs (docs/reproducing.md, the Multi30k quality study).
 # Downloads nothing. Time: one beam-search pass over the training set (Multi30k's 29k
 # sentences: minutes on a CPU; WMT'14 EN-DE's 4.5M: hours on one GPU).
 set -euo pipefail
@@ -19,6 +24,7 @@ DATA=${1:?usage: distill.sh DATA_DIR TEACHER_CKPT [OUT_DIR]}
 TEACHER=${2:?usage: distill.sh DATA_DIR TEACHER_CKPT [OUT_DIR]}
 OUT=${3:-${DATA%/}-distill}
 BEAM=${BEAM:-5}
+LENPEN=${LENPEN:-1}
 MAX_TOKENS=${MAX_TOKENS:-8192}
 DEVICE_FLAGS=${DEVICE_FLAGS---cpu}
 USER_DIR=${USER_DIR:-$(cmlm-plugin-dir)}
@@ -33,7 +39,7 @@ mkdir -p "$OUT/text" "$OUT/bin"
 echo "translating the training set with $TEACHER (beam $BEAM)"
 # --user-dir only for the weights-only allow-list of fairseq's own checkpoints
 fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task translation --path "$TEACHER" \
-  --gen-subset train --source-lang "$SRC" --target-lang "$TGT" --beam "$BEAM" \
+  --gen-subset train --source-lang "$SRC" --target-lang "$TGT" --beam "$BEAM" --lenpen "$LENPEN" \
   --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1 $DEVICE_FLAGS \
   > "$OUT/text/generate-train.txt"
 
@@ -41,11 +47,13 @@ fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task translation --path "$
 python - "$OUT/text" "$SRC" "$TGT" <<'PY'
 import sys
 out, src, tgt = sys.argv[1:]
-sources, hypos = {}, {}
+sources, hypos, originals = {}, {}, {}
 for line in open(f"{out}/generate-train.txt", encoding="utf-8"):
     tag, _, rest = line.rstrip("\n").partition("\t")
     if tag.startswith("S-"):
         sources[int(tag[2:])] = rest
+    elif tag.startswith("T-"):
+        originals[int(tag[2:])] = rest
     elif tag.startswith("H-"):
         hypos[int(tag[2:])] = rest.split("\t", 1)[1]
 ids = sorted(i for i in hypos if hypos[i].strip())
@@ -56,6 +64,20 @@ with open(f"{out}/train.{src}", "w", encoding="utf-8") as fs, open(f"{out}/train
         fs.write(sources[i] + "\n")
         ft.write(hypos[i] + "\n")
 print(f"{len(ids)} distilled pairs ({len(sources) - len(ids)} empty translations dropped)")
+def pieces(texts):
+    return sum(len(t.split()) for t in texts)
+def repeats(texts):
+    pairs = [(a, b) for t in texts for a, b in zip(t.split(), t.split()[1:])]
+    return 100 * sum(a == b for a, b in pairs) / max(len(pairs), 1)
+new, old = [hypos[i] for i in ids], [originals.get(i, "") for i in ids]
+ratio = pieces(new) / max(pieces(old), 1)
+print(f"distilled/original target length: {ratio:.4f} ({pieces(new) / len(ids):.2f} against "
+      f"{pieces(old) / len(ids):.2f} pieces per sentence); immediate repeats: "
+      f"{repeats(new):.2f} % of piece pairs against {repeats(old):.2f} %")
+if ratio < 0.97:
+    print(f"warning: the teacher's targets are {100 * (1 - ratio):.1f} % shorter than the "
+          "originals; a student trained on them learns to write short outputs (raise LENPEN, "
+          "or a teacher trained longer)")
 PY
 
 fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" --trainpref "$OUT/text/train" \
