@@ -139,6 +139,7 @@ GENERATION_FLAG_CASES = {
     "block-length": ["--decoding", "diffusion", "--gen-length", 8, "--block-length", 3],
     "int8-half": ["--decoder-impl", "int8", "--fp16"],
     "stop-and-force": ["--stop-unchanged", "--iter-decode-force-max-iter"],
+    "remask-regions": ["--remask-regions", 0],
     "remask-ratio": ["--remask-schedule", "fixed", "--remask-ratio", 1.5],
     "calibration-temperature": [
         "--remask-confidence",
@@ -293,5 +294,6 @@ def test_readme_lists_every_case():
         "length-out-of-range", "no-mask",
         "convert-wrong-source", "average-too-few", "int8-gpu",
         "rerank-missing", "rerank-not-autoregressive", "rerank-vocabulary", "rerank-one-candidate",
+        "unknown-tag", "missing-tag",  # tests/test_task_tags_e2e.py
     }  # fmt: skip
     assert cases == tested

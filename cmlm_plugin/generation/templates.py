@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..errors import CMLMPluginError
 from ..symbols import MASK_SYMBOL
+from ..task_tags import split_tag, tag_index
 
 MASK_MARKUP = re.compile(r"<mask(?::(\d+))?>")  # <mask> or <mask:N>
 MAX_SPAN = 4096  # the largest N of <mask:N>: far beyond any model's target positions
@@ -86,19 +87,27 @@ class TemplateBPE:
     """fairseq's BPE (or none), with text holding ``<mask>`` encoded by ``encode_template``.
 
     ``fairseq-interactive`` encodes sources and ``--constraints`` templates with the
-    task's BPE; this wrapper changes only text that holds ``<mask>`` markup.
+    task's BPE (the hub interface gets it from ``CMLMPluginModel.from_pretrained``);
+    this wrapper changes only text that holds ``<mask>`` markup or starts with a task
+    tag (``task_tags``): the tag is checked against ``source_dictionary`` and kept whole.
     """
 
-    def __init__(self, bpe, dictionary):
+    def __init__(self, bpe, dictionary, source_dictionary=None):
         self.bpe = bpe
         self.dictionary = dictionary
+        self.source_dictionary = dictionary if source_dictionary is None else source_dictionary
         self.sentencepiece = is_sentencepiece(bpe)
 
     def piece(self, text: str) -> str:
         return text if self.bpe is None else self.bpe.encode(text)
 
     def encode(self, text: str) -> str:
-        return encode_template(text, self.piece, self.dictionary, self.sentencepiece)
+        tag, rest = split_tag(text)
+        pieces = encode_template(rest, self.piece, self.dictionary, self.sentencepiece)
+        if tag is None:
+            return pieces
+        tag_index(tag, self.source_dictionary)  # a clear error for an unknown tag
+        return f"{tag} {pieces}".rstrip()
 
     def decode(self, text: str) -> str:
         return text if self.bpe is None else self.bpe.decode(text)

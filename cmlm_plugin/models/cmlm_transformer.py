@@ -23,6 +23,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import Tensor
 
 from ..errors import CMLMPluginError
+from ..generation.templates import TemplateBPE
 from ..symbols import mask_index
 from .frames import FRAMES, LENGTH_SOURCES, LengthTokenEncoder, SourceBosEncoder, add_frame
 from .length_head import LengthHead
@@ -69,6 +70,21 @@ class CMLMPluginModel(TransformerModel):
     @classmethod
     def hub_models(cls):
         return {}  # no downloadable checkpoints: from_pretrained takes local paths
+
+    @classmethod
+    def from_pretrained(
+        cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs
+    ):
+        """fairseq's hub interface, encoding text with the task's BPE as fairseq-interactive does.
+
+        fairseq's hub builds a plain BPE; the task's keeps task tags (``<2de>``) and
+        infilling ``<mask>`` markup whole (``generation.templates.TemplateBPE``).
+        """
+        hub = super().from_pretrained(
+            model_name_or_path, checkpoint_file, data_name_or_path, **kwargs
+        )
+        hub.bpe = TemplateBPE(hub.bpe, hub.task.target_dictionary, hub.task.source_dictionary)
+        return hub
 
     @staticmethod
     def add_args(parser):

@@ -186,6 +186,14 @@ class CMLMConfig(TranslationConfig):
             "not in the paper)"
         },
     )
+    target_tag: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "multi-task models: the task tag (e.g. <2de>) put in front of every "
+            "source sentence that starts with none, for decoding a whole untagged test "
+            "set or input stream; a sentence's own tag wins (see task_tags.py)"
+        },
+    )
     decoder_impl: ChoiceEnum(DECODER_IMPLS) = field(
         default="fast",
         metadata={
