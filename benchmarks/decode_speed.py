@@ -287,11 +287,9 @@ def markdown(rows) -> str:
 
 
 def plot(rows, path):
-    import matplotlib
+    from cmlm_plugin.cli.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for r in rows:
         marker = "s" if r["system"].startswith("AR") else ("o" if "ours" in r["system"] else "^")

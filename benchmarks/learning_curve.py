@@ -22,6 +22,7 @@ from typing import Dict, List
 
 from cmlm_plugin.cli import table
 from cmlm_plugin.cli.decode_config import argument
+from cmlm_plugin.cli.plotting import pyplot
 from cmlm_plugin.errors import CMLMPluginError
 
 _INTERVAL = re.compile(r"checkpoint_\d+_(\d+)\.pt")
@@ -43,14 +44,7 @@ def interval_checkpoints(save_dir: Path) -> Dict[int, Path]:
 
 
 def plot(points: List[Dict], path: str) -> None:
-    import logging
-
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq logs at DEBUG
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for label in dict.fromkeys(p["label"] for p in points):
         mine = [p for p in points if p["label"] == label]

@@ -15,7 +15,6 @@ import sys
 
 import torch
 
-
 def summary(predicted: torch.Tensor, expected: torch.Tensor, reference: torch.Tensor,
             reference_logprob: torch.Tensor) -> dict:  # fmt: skip
     """Length-error statistics of 1-D tensors of one entry per sentence."""

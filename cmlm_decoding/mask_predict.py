@@ -1,28 +1,21 @@
 """The Mask-Predict decoding loop (Ghazvininejad et al., EMNLP 2019, §3).
 
 Pass 1 predicts every position from an all-``<mask>`` input. Before pass t+1
-(t = 1 .. T-1) the ``floor(n (T - t) / T)`` least confident tokens are re-masked
-and predicted again; the probability of a position changes only when it is
-re-predicted. ``num_passes`` is T, the number of decoder passes (T = 1 is
-single-pass non-autoregressive decoding) -- fairseq's own generator counts
-``--iter-decode-max-iter k`` as k + 1 passes; this module does not.
+(t = 1 .. T-1) the ``floor(n (T - t) / T)`` least confident tokens of a row of n
+generated tokens are re-masked (the paper's linear decay, written n = N·(T−t)/T there
+with N the target length; ``remask``) and predicted again; the probability of a
+position changes only when it is re-predicted. ``num_passes`` is T, the number of
+decoder passes (T = 1 is single-pass non-autoregressive decoding) -- fairseq's own
+generator counts ``--iter-decode-max-iter k`` as k + 1 passes; this module does not.
 
-Variants (off by default; the defaults are the paper's): the re-mask schedule
-(``schedules.remask_count``), the confidence that ranks positions
-(``confidence.position_confidence``; ``consistency`` ranks first the tokens that
-consecutive passes re-predicted unchanged, ``geometric_mean`` ranks a token by the
-geometric mean of its probabilities over the passes that predicted it), and
-``monotone`` decoding, where a token that survived a re-masking round is never
-re-masked again (the paper lets every token be re-masked).
-
-Two more variants come from the first design source, not from the paper:
-length-adaptive passes (``adaptive_passes`` c: row i gets its own budget
-T_i = clamp(ceil(log2 n_i) + c, 1, T) and its schedule is computed from T_i,
-``schedules.remask_count_per_row``; a row that has made T_i passes re-masks 0 tokens
-and leaves through the early exit below), and regional re-masking (``remask_regions``
-K: the re-mask count is spread over K contiguous regions of the target in proportion
-to their sizes and the least confident positions of each region are re-masked,
-``confidence.select_lowest_by_region``). Both run in the same batched loop over
+Variants (off by default; the defaults are the paper's), all in how many tokens a pass
+re-masks and which (``remask.RemaskRule``): the re-mask schedule, the confidence that
+ranks positions (``consistency``, ``geometric_mean`` and the others of
+``confidence.position_confidence``), ``monotone`` decoding (a token that survived a
+re-masking round is never re-masked again; the paper lets every token be re-masked),
+length-adaptive passes (``adaptive_passes`` c: row i gets its own T_i passes; a row
+that has made them re-masks 0 tokens and leaves through the early exit below) and
+regional re-masking (``remask_regions`` K). All run in the same batched loop over
 passes, with no loop over sentences.
 
 Infilling: with a ``template`` (``N x L``, ``<mask>`` where tokens are to be
@@ -47,20 +40,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .confidence import (
-    CONFIDENCES,
-    geometric_mean_update,
-    position_confidence,
-    select_lowest,
-    select_lowest_by_region,
-)
+from .confidence import CONFIDENCES
 from .contract import DecodeResult, OptionError, Step, check_choice, initial_tokens, literal
-from .schedules import (
-    REMASK_SCHEDULES,
-    adaptive_pass_budget,
-    remask_count,
-    remask_count_per_row,
-)
+from .remask import RemaskRule
+from .schedules import REMASK_SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -199,7 +182,6 @@ def mask_predict(
     if lengths.numel() > 0 and int(lengths.min()) < 1:
         raise ValueError("every target length must be >= 1")
     num_passes, force_max_iter = options.num_passes, options.force_max_iter
-    confidence, temperature = options.confidence, options.calibration_temperature
     beam, prune_after, prune_keep = options.beam, options.prune_after, options.prune_keep
     tokens = initial_tokens(lengths, mask_idx, pad_idx)  # N x L, all <mask>
     if template is not None:
@@ -209,11 +191,8 @@ def mask_predict(
         tokens = template[:, :width]  # N x L
     free = tokens.eq(mask_idx)  # N x L, positions to generate
     num_free = free.sum(dim=1)  # N
-    budget: Optional[Tensor] = None  # N, passes per row (adaptive_passes), else all T
-    if options.adaptive_passes is not None:
-        budget = adaptive_pass_budget(num_free, options.adaptive_passes, num_passes)  # N
-    regions = options.remask_regions
-    geometric = confidence == "geometric_mean"
+    rule = RemaskRule.for_batch(options, lengths, num_free)
+    budget = rule.budget  # N, passes per row (adaptive_passes), else None: all T
 
     def predict(masked_input: Tensor, rows: Optional[Tensor], where: Tensor):
         """Token, log-prob and confidence, n x L each, valid where ``where`` is True."""
@@ -222,7 +201,7 @@ def mask_predict(
         else:
             logprobs = step(masked_input, rows).float()[where]  # M x V
         best_lp, best = logprobs.max(dim=-1)  # M each
-        conf = position_confidence(logprobs, best, confidence, temperature)  # M
+        conf = rule.confidence(logprobs, best)  # M
         out_tokens = masked_input.masked_scatter(where, best)  # n x L
         out_lp = torch.zeros_like(where, dtype=best_lp.dtype).masked_scatter(where, best_lp)
         return out_tokens, out_lp, out_lp.new_zeros(where.shape).masked_scatter(where, conf)
@@ -230,11 +209,7 @@ def mask_predict(
     tokens_pred, token_logprobs, conf = predict(tokens, None, free)
     tokens = torch.where(free, tokens_pred, tokens)  # N x L, given tokens and pad kept
     token_logprobs = token_logprobs.masked_fill(~free, 0.0)  # N x L
-    streak = torch.zeros_like(token_logprobs)  # N x L, unchanged re-predictions
-    # geometric_mean: summed log-probability and length of each token's run of passes
-    run_lp = token_logprobs if geometric else None  # N x L
-    run_len = free.long() if geometric else None  # N x L
-    candidates = free  # N x L, positions that may be re-masked next
+    ranking = rule.first_ranking(conf, token_logprobs, free)  # N x L each
     steps = torch.ones_like(lengths)
     history = [tokens.clone()] if options.retain_history else []
 
@@ -243,13 +218,8 @@ def mask_predict(
     for done in range(1, num_passes):
         if done == prune_after and beam > prune_keep:
             pruned = prune_candidates(token_logprobs, num_free, beam, prune_keep)  # N
-        if budget is None:
-            counts = remask_count(num_free, num_passes, done, options.schedule, options.ratio)
-        else:  # each row's schedule from its own T_i; 0 once it has made T_i passes
-            counts = remask_count_per_row(
-                num_free, budget, done, options.schedule, options.ratio, num_passes
-            )
-        rows: Optional[Tensor] = None  # counts: N
+        counts = rule.count(done)  # N
+        rows: Optional[Tensor] = None
         if not force_max_iter or budget is not None or done >= prune_after > 0:
             if force_max_iter:
                 active = ~pruned if budget is None else ~pruned & (budget > done)  # N
@@ -264,51 +234,26 @@ def mask_predict(
         def take(x: Tensor) -> Tensor:
             return x if rows is None else x[rows]
 
-        sub_tokens, sub_lp, sub_conf = take(tokens), take(token_logprobs), take(conf)
-        sub_streak, sub_candidates = take(streak), take(candidates)
-        if regions == 1:  # the paper's global ranking
-            remask = select_lowest(sub_conf + sub_streak, take(counts), sub_candidates)
-        else:
-            remask = select_lowest_by_region(
-                sub_conf + sub_streak, take(counts), sub_candidates, take(lengths), regions
-            )  # n x L
+        sub_tokens, sub_lp, sub_ranking = take(tokens), take(token_logprobs), ranking.take(rows)
+        remask = rule.choose(sub_ranking, take(counts), rows)  # n x L
         new_tokens, new_lp, new_conf = predict(
             sub_tokens.masked_fill(remask, mask_idx), rows, remask
         )  # n x L each, new values where remask
         same = remask & new_tokens.eq(sub_tokens)  # n x L
         sub_settled = same.eq(remask).all(dim=1)  # n, nothing re-predicted differently
-        if confidence == "consistency":
-            sub_streak = torch.where(remask, (sub_streak + 1) * same, sub_streak)
-        if geometric:  # the run of a re-predicted token grows or restarts
-            sub_run_lp, sub_run_len = take(run_lp), take(run_len)
-            grown_lp, grown_len, new_conf = geometric_mean_update(
-                sub_run_lp, sub_run_len, new_lp, same
-            )  # n x L each, used where remask
-            sub_run_lp = torch.where(remask, grown_lp, sub_run_lp)
-            sub_run_len = torch.where(remask, grown_len, sub_run_len)
+        sub_ranking = rule.after_pass(sub_ranking, remask, same, new_lp, new_conf)
         sub_tokens = torch.where(remask, new_tokens, sub_tokens)
         sub_lp = torch.where(remask, new_lp, sub_lp)
-        sub_conf = torch.where(remask, new_conf, sub_conf)
-        if options.monotone:
-            sub_candidates = remask
 
+        ranking = ranking.put(rows, sub_ranking)
         if rows is None:
-            tokens, token_logprobs, conf = sub_tokens, sub_lp, sub_conf
-            streak, candidates = sub_streak, sub_candidates
-            if geometric:
-                run_lp, run_len = sub_run_lp, sub_run_len
+            tokens, token_logprobs = sub_tokens, sub_lp
             steps = steps + 1
             if options.stop_unchanged:
                 settled = settled | sub_settled
         else:
             tokens = tokens.index_copy(0, rows, sub_tokens)
             token_logprobs = token_logprobs.index_copy(0, rows, sub_lp)
-            conf = conf.index_copy(0, rows, sub_conf)
-            streak = streak.index_copy(0, rows, sub_streak)
-            candidates = candidates.index_copy(0, rows, sub_candidates)
-            if geometric:
-                run_lp = run_lp.index_copy(0, rows, sub_run_lp)
-                run_len = run_len.index_copy(0, rows, sub_run_len)
             steps = steps.index_add(0, rows, torch.ones_like(rows))
             if options.stop_unchanged:
                 settled = settled.index_copy(0, rows, settled[rows] | sub_settled)

@@ -1,10 +1,16 @@
-"""Shared test settings: the repository root on sys.path, the shared tiny trained model."""
+"""Shared test settings: the repository root on sys.path, hypothesis without deadlines, the
+shared tiny trained model."""
 
 import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# no per-example time limit: a loaded machine is not a failing test (timing is for benchmarks/)
+settings.register_profile("cmlm_plugin", deadline=None)
+settings.load_profile("cmlm_plugin")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

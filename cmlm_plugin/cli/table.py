@@ -28,7 +28,6 @@ plain T and l get a ``config`` column. The paper's numbers are printed beside ou
 
 import argparse
 import json
-import logging
 import re
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ from typing import Dict, List, Optional
 
 from ..errors import CMLMPluginError
 from .decode_config import argument, grid, parse
+from .plotting import pyplot
 
 # Table 1, CMLM-base with mask-predict, T=10, l=5, distilled data. These four cells
 # are the ones this project could check (the figures, the same values quoted
@@ -246,16 +246,7 @@ def series(row: Dict) -> str:
 
 
 def plot(rows: List[Dict], path: str) -> None:
-    try:
-        import matplotlib
-
-        logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq logs at DEBUG
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise CMLMPluginError(
-            "--plot needs matplotlib: pip install matplotlib (or drop --plot)"
-        ) from exc
+    plt = pyplot()
     fig, (by_t, by_speed) = plt.subplots(1, 2, figsize=(11, 4.2))
     groups: Dict = {}
     for r in rows:

@@ -1,4 +1,4 @@
-"""``cmlm-diagnose``: the Mask-Predict troubleshooting table, measured on ``fairseq-generate`` output.
+"""``cmlm-diagnose``: Mask-Predict troubleshooting of fairseq-generate output.
 
     cmlm-diagnose [LABEL=]GENERATE_OUT [[LABEL=]GENERATE_OUT ...] [--ar LABEL]
         [--words] [--bpe auto|sentencepiece|subword_nmt|none] [--tokenize 13a]
@@ -7,6 +7,7 @@
         [--few-passes-share 0.5] [--rising-bleu 0.5] [--ar-gap 5.0] [--min-speedup 2.0]
         [--json OUT.json] [--plot OUT.png]
 
+It measures the Mask-Predict troubleshooting table on ``fairseq-generate`` output.
 Each input is the saved output of one ``fairseq-generate`` run (one decoding
 configuration; best with ``--print-step --retain-iter-history``, and ``2>&1`` to keep its
 timing line), optionally named ``LABEL=PATH``. Per configuration it prints:

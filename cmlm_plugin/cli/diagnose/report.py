@@ -4,10 +4,9 @@ remedies and flags (``symptom_text``), and the length-error histogram with BLEU 
 each pass (``plot``, needs matplotlib).
 """
 
-import logging
 from typing import Dict, List, Optional, Tuple
 
-from ...errors import CMLMPluginError
+from ..plotting import pyplot
 from .measures import BUCKETS
 
 
@@ -88,16 +87,7 @@ def symptom_text(reports: List[Dict]) -> str:
 
 
 def plot(reports: List[Dict], path: str) -> None:
-    try:
-        logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq logs at DEBUG
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise CMLMPluginError(
-            "--plot needs matplotlib: pip install matplotlib (or drop --plot)"
-        ) from exc
+    plt = pyplot()
     fig, (hist, passes) = plt.subplots(1, 2, figsize=(11, 4.2))
     for i, r in enumerate(reports):
         counts = r["length_error"]["histogram"]
