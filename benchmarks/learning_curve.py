@@ -2,7 +2,8 @@
 
     python benchmarks/learning_curve.py DATA_BIN --cmlm LABEL=SAVE_DIR [--cmlm ...]
         [--ar LABEL=SAVE_DIR] [--config T=10,l=1] [--beam 5] [--every N]
-        [--remove-bpe sentencepiece] [--cpu] [--json OUT.json] [--plot OUT.png]
+        [--remove-bpe sentencepiece] [--cpu] [--reuse OLD.json] [--json OUT.json]
+        [--plot OUT.png]
 
 Every ``checkpoint_E_U.pt`` of a save directory (fairseq's ``--save-interval-updates``
 checkpoints; U is the update count; with ``--every N`` only those where N divides U) is
@@ -10,7 +11,10 @@ decoded on the test set by the real
 ``fairseq-generate``, through ``cmlm-table``'s runner (``cmlm_plugin/cli/table.py``):
 our models at ``--config`` (the decoding-configuration language of ``cmlm-table``),
 autoregressive fairseq ``transformer`` runs at ``--beam``. Prints one line per point and
-writes the points (JSON) and the plot (PNG).
+writes the points (JSON) and the plot (PNG). ``--reuse OLD.json`` takes the points of an
+earlier run's JSON that have the same label, checkpoint file and decoding instead of
+decoding them again (the earlier run must have used the same data, subset and BLEU
+settings; a point whose checkpoint file is newer than OLD.json is decoded again).
 """
 
 import argparse
@@ -43,6 +47,22 @@ def interval_checkpoints(save_dir: Path) -> Dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def reusable(path) -> Dict[tuple, Dict]:
+    """``{(label, checkpoint, decoding): point}`` of an earlier run's JSON, or ``{}``."""
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.is_file():
+        raise CMLMPluginError(f"--reuse {path}: no such file (give an earlier run's --json)")
+    written = path.stat().st_mtime
+    points = json.loads(path.read_text())
+    return {
+        (p["label"], p["path"], p["decoding"]): p
+        for p in points
+        if Path(p["path"]).is_file() and Path(p["path"]).stat().st_mtime <= written
+    }
+
+
 def plot(points: List[Dict], path: str) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -72,10 +92,12 @@ def main(argv=None) -> None:
     p.add_argument("--tokenize", default="13a")
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--user-dir", default=str(Path(table.__file__).resolve().parents[1]))
+    p.add_argument("--reuse", metavar="OLD.json", help="points of an earlier --json to keep")
     p.add_argument("--json")
     p.add_argument("--plot")
     args = p.parse_args(argv)
     args.tokenized_bleu = args.compound_split = False
+    earlier = reusable(args.reuse)
     points = []
     for kind, values in (("cmlm", args.cmlm), ("ar", args.ar)):
         for value in values:
@@ -88,11 +110,15 @@ def main(argv=None) -> None:
                     cell.update(beam=args.beam, decoding=f"beam {args.beam}")
                 else:
                     cell.update(config=str(args.config), decoding=str(args.config))
-                row = table.run_cell(cell, args)
+                kept = earlier.get((cell["label"], cell["path"], cell["decoding"]))
+                row = kept if kept is not None else table.run_cell(cell, args)
                 points.append({k: row[k] for k in ("kind", "label", "updates", "decoding",
                                "sacrebleu", "brevity_penalty", "distinct_outputs", "sentences",
                                "path")})  # fmt: skip
-                print(f"{label} {updates}: {row['sacrebleu']:.2f}", file=sys.stderr, flush=True)
+                how = " (reused)" if kept is not None else ""
+                print(
+                    f"{label} {updates}: {row['sacrebleu']:.2f}{how}", file=sys.stderr, flush=True
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(points, indent=1))
     if args.plot:

@@ -169,6 +169,17 @@ def test_length_bias_and_learning_curve_benchmarks_run(tiny_run, fairseq_cmlm, t
     points = json.loads(report.read_text())
     assert [p["updates"] for p in points] == [10, 20]
     assert points[0]["sacrebleu"] == points[1]["sacrebleu"]  # the same weights twice
+    marked = [dict(p, sacrebleu=-1.0) if p["updates"] == 10 else p for p in points]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(marked))  # written after the checkpoints: its points are reused
+    (runs / "checkpoint_2_20.pt").touch()  # newer than old.json: decoded again
+    proc = invoke(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
+                  "--cmlm", f"ours={runs}", "--config", "T=2,l=1", "--cpu", "--reuse", old,
+                  "--json", tmp_path / "again.json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert [p["sacrebleu"] for p in again] == [-1.0, points[1]["sacrebleu"]]
+    assert "ours 10: -1.00 (reused)" in proc.stderr and "ours 20: " in proc.stderr
     run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
         "--cmlm", f"ours={runs}", "--config", "T=1", "--every", "20", "--cpu", "--json", report)  # fmt: skip
     assert [p["updates"] for p in json.loads(report.read_text())] == [20]

@@ -22,42 +22,19 @@ OUT=${1:-work/multi30k-tagged}
 SRC=${SRC:-en}
 TGTS=${TGTS:-de fr}
 SPM_VOCAB=${SPM_VOCAB:-8000}
-URL=https://github.com/multi30k/dataset/raw/master/data/task1/raw
 HERE=$(cd "$(dirname "$0")" && pwd)
 RAW=$OUT/raw
 SPM=$OUT/spm
+. "$HERE/multi30k-common.sh"
 read -r -a TASKS <<< "$TGTS"
 [ "${#TASKS[@]}" -ge 1 ] || { echo "error: TGTS names no target language (e.g. TGTS=\"de fr\")" >&2; exit 1; }
 for lang in "${TASKS[@]}"; do
   [ "$lang" != "$SRC" ] || { echo "error: TGTS holds the source language $SRC" >&2; exit 1; }
 done
-mkdir -p "$RAW" "$SPM"
 
-for split in train val test_2016_flickr; do
-  for lang in "$SRC" "${TASKS[@]}"; do
-    file=$split.$lang.gz
-    if [ -n "${MULTI30K_DIR:-}" ]; then
-      [ -f "$MULTI30K_DIR/$file" ] || { echo "error: $MULTI30K_DIR/$file not found (MULTI30K_DIR must hold the task1/raw .gz files)" >&2; exit 1; }
-      gunzip -c "$MULTI30K_DIR/$file" > "$RAW/$split.$lang"
-    else
-      echo "downloading $URL/$file"
-      curl -fsSL "$URL/$file" | gunzip -c > "$RAW/$split.$lang"
-    fi
-  done
-done
+fetch_multi30k "$RAW" "$SRC" "${TASKS[@]}"
 wc -l "$RAW"/*."$SRC"
-
-inputs=("$RAW/train.$SRC")
-for lang in "${TASKS[@]}"; do inputs+=("$RAW/train.$lang"); done
-echo "learning a joint sentencepiece model ($SPM_VOCAB pieces) on $SRC ${TASKS[*]}"
-python "$HERE/sentencepiece_bpe.py" train --input "${inputs[@]}" \
-  --model-prefix "$SPM/spm" --vocab-size "$SPM_VOCAB" > "$SPM/train.log" 2>&1
-for split in train val test_2016_flickr; do
-  for lang in "$SRC" "${TASKS[@]}"; do
-    python "$HERE/sentencepiece_bpe.py" encode --model "$SPM/spm.model" \
-      < "$RAW/$split.$lang" > "$SPM/$split.$lang"
-  done
-done
+learn_and_encode "$RAW" "$SPM" "$SPM_VOCAB" "$SRC" "${TASKS[@]}"
 
 : > "$SPM/train.src"; : > "$SPM/train.tgt"; : > "$SPM/valid.src"; : > "$SPM/valid.tgt"
 testprefs=()
