@@ -112,6 +112,8 @@ def test_quick_run_ends_with_signed_sacrebleu_and_resumes(multi30k_dir, tmp_path
         ({"MULTI30K_DIR": "{partial}"}, "val.en.gz not found"),
         ({"MULTI30K_DIR": "{raw}", "SPM_VOCAB": "5000"}, "set SPM_VOCAB="),
         ({"MAX_UPDATE": "ten"}, "MAX_UPDATE must be a positive integer"),
+        ({"RECIPE": "best"}, "RECIPE=best has no QUICK=1 smoke run: drop QUICK=1"),
+        ({"RECIPE": "fastest"}, "RECIPE must be single or best, got 'fastest'"),
     ],
 )
 def test_bad_input_stops_with_one_line(multi30k_dir, tmp_path, env, expected):
