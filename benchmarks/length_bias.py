@@ -15,8 +15,13 @@ import sys
 
 import torch
 
-def summary(predicted: torch.Tensor, expected: torch.Tensor, reference: torch.Tensor,
-            reference_logprob: torch.Tensor) -> dict:  # fmt: skip
+
+def summary(
+    predicted: torch.Tensor,
+    expected: torch.Tensor,
+    reference: torch.Tensor,
+    reference_logprob: torch.Tensor,
+) -> dict:
     """Length-error statistics of 1-D tensors of one entry per sentence."""
     error = (predicted - reference).float()  # B
     return {
