@@ -15,7 +15,7 @@ a model that has tags, is a one-line ``CMLMPluginError`` naming the known tags.
 """
 
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -32,25 +32,66 @@ def is_tag(symbol: str) -> bool:
     return TAG.fullmatch(symbol) is not None
 
 
-def known_tags(dictionary) -> List[str]:
-    """The tag symbols of a fairseq dictionary, in dictionary order."""
-    return [symbol for symbol in dictionary.symbols if is_tag(symbol)]
+class TaskTags:
+    """The task tags of a dictionary, ``{tag: id}`` in dictionary order, read once.
 
+    The task builds one per source dictionary, so a decoded buffer or an encoded line
+    costs no scan of the dictionary. False when the model has no tags (single-task).
+    """
 
-def tag_index(tag: str, dictionary) -> int:
-    """The id of ``tag``; a clear error when the dictionary does not hold it."""
-    known = known_tags(dictionary)
-    if not known:
-        raise CMLMPluginError(
-            f"task tag {tag}: this model's dictionary has no task tags (it was trained "
-            f"on untagged data): drop the tag and --target-tag"
+    def __init__(self, dictionary):
+        self.ids = {s: dictionary.index(s) for s in dictionary.symbols if is_tag(s)}
+        self.id_array = np.fromiter(self.ids.values(), dtype=np.int64, count=len(self.ids))
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
+
+    @property
+    def names(self) -> List[str]:
+        return list(self.ids)
+
+    def index(self, tag: str) -> int:
+        """The id of ``tag``; a clear error when the dictionary does not hold it."""
+        if not self.ids:
+            raise CMLMPluginError(
+                f"task tag {tag}: this model's dictionary has no task tags (it was trained "
+                f"on untagged data): drop the tag and --target-tag"
+            )
+        if tag not in self.ids:
+            raise CMLMPluginError(
+                f"unknown task tag {tag!r}: this model knows {', '.join(self.ids)} "
+                "(tags are written <2NAME>, e.g. --target-tag <2de>)"
+            )
+        return self.ids[tag]
+
+    def untagged(self, first_tokens: Sequence[int]) -> np.ndarray:
+        """Boolean mask of the sentences whose first token is not a tag."""
+        return ~np.isin(np.asarray(first_tokens, dtype=np.int64), self.id_array)
+
+    def missing_error(self, subject: str) -> CMLMPluginError:
+        """The error for sources without a tag; ``subject`` says which ("input line 3 starts")."""
+        return CMLMPluginError(
+            f"{subject} with no task tag, but this model serves the tasks "
+            f"{', '.join(self.ids)}: start each line with its tag, pass "
+            f"--target-tag TAG for all of them, or tag the data with {TAGGING_SCRIPT}"
         )
-    if tag not in known:
-        raise CMLMPluginError(
-            f"unknown task tag {tag!r}: this model knows {', '.join(known)} "
-            "(tags are written <2NAME>, e.g. --target-tag <2de>)"
-        )
-    return dictionary.index(tag)
+
+    def fill_in(
+        self,
+        missing: np.ndarray,
+        target_tag: Optional[str],
+        describe: Callable[[np.ndarray], str],
+    ) -> Optional[int]:
+        """The id to put in front of the ``missing`` sources, or None when none is missing.
+
+        Without ``target_tag`` a missing tag is the error whose subject
+        ``describe(missing)`` writes (a multi-task model would guess the task).
+        """
+        if not missing.any():
+            return None
+        if target_tag is None:
+            raise self.missing_error(describe(missing))
+        return self.index(target_tag)
 
 
 def split_tag(text: str) -> Tuple[Optional[str], str]:
@@ -61,39 +102,24 @@ def split_tag(text: str) -> Tuple[Optional[str], str]:
     return match.group(1), text[match.end() :]
 
 
-def untagged(first_tokens: Sequence[int], dictionary) -> np.ndarray:
-    """Boolean mask of the sentences whose first token is not a tag of ``dictionary``."""
-    tag_ids = [dictionary.index(tag) for tag in known_tags(dictionary)]
-    return ~np.isin(np.asarray(first_tokens, dtype=np.int64), tag_ids)
-
-
-def missing_tag_error(subject: str, dictionary) -> CMLMPluginError:
-    """The error for sources without a tag; ``subject`` says which ("input line 3 starts")."""
-    return CMLMPluginError(
-        f"{subject} with no task tag, but this model serves the tasks "
-        f"{', '.join(known_tags(dictionary))}: start each line with its tag, pass "
-        f"--target-tag TAG for all of them, or tag the data with {TAGGING_SCRIPT}"
-    )
-
-
 def tag_raw_sources(
-    sources: List[Tensor], dictionary, target_tag: Optional[str], first_line: int
+    sources: List[Tensor], tags: TaskTags, target_tag: Optional[str], first_line: int
 ) -> List[Tensor]:
     """Raw-text sources (each ending with EOS) with ``target_tag`` in front of untagged ones.
 
     Empty sources (EOS alone) stay as they are: they get the empty output. Without
     ``target_tag``, an untagged source is an error naming its input line.
     """
-    if not known_tags(dictionary):
+    if not tags:
         return sources
     firsts = [int(s[0]) if s.numel() else -1 for s in sources]  # once per input buffer
-    missing = untagged(firsts, dictionary) & np.array([s.numel() > 1 for s in sources], bool)
-    if not missing.any():
+    missing = tags.untagged(firsts) & np.array([s.numel() > 1 for s in sources], bool)
+    tag_id = tags.fill_in(
+        missing, target_tag, lambda m: f"input line {first_line + int(np.flatnonzero(m)[0])} starts"
+    )
+    if tag_id is None:
         return sources
-    if target_tag is None:
-        line = first_line + int(np.flatnonzero(missing)[0])
-        raise missing_tag_error(f"input line {line} starts", dictionary)
-    tag = torch.tensor([tag_index(target_tag, dictionary)], dtype=torch.long)
+    tag = torch.tensor([tag_id], dtype=torch.long)
     return [torch.cat([tag, s]) if m else s for s, m in zip(sources, missing)]
 
 
@@ -125,26 +151,27 @@ class TaggedSources(torch.utils.data.Dataset):
         self.sources.prefetch(indices)
 
 
-def tag_language_pair(dataset, split: str, dictionary, target_tag: Optional[str]) -> None:
+def tag_language_pair(dataset, split: str, tags: TaskTags, target_tag: Optional[str]) -> None:
     """Give every source of a ``LanguagePairDataset`` a tag, in place (evaluation splits).
 
     Sentences that start with a tag keep it; the others get ``target_tag``, or, without
     it, the split is refused (a multi-task model would guess the task).
     """
-    if not known_tags(dictionary) or len(dataset) == 0:
+    if not tags or len(dataset) == 0:
         return
     if getattr(dataset, "buckets", None) is not None:
         raise CMLMPluginError(
             "a multi-task model's evaluation data cannot be bucketed: drop --num-batch-buckets"
         )
     firsts = [int(dataset.src[i][0]) for i in range(len(dataset.src))]  # once per load
-    missing = untagged(firsts, dictionary)
-    if not missing.any():
+    missing = tags.untagged(firsts)
+    tag_id = tags.fill_in(
+        missing,
+        target_tag,
+        lambda m: f"split {split}: {int(m.sum())} of {len(m)} source sentences start",
+    )
+    if tag_id is None:
         return
-    if target_tag is None:
-        count = f"{int(missing.sum())} of {len(missing)} source sentences start"
-        raise missing_tag_error(f"split {split}: {count}", dictionary)
-    tag_id = tag_index(target_tag, dictionary)
     dataset.src = TaggedSources(dataset.src, dataset.src_sizes, tag_id, missing)
     dataset.src_sizes = dataset.src.sizes
     tgt_sizes = dataset.tgt_sizes

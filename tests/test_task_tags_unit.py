@@ -15,13 +15,11 @@ from hypothesis import strategies as st
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.generation.templates import TemplateBPE
 from cmlm_plugin.task_tags import (
+    TaskTags,
     is_tag,
-    known_tags,
     split_tag,
-    tag_index,
     tag_language_pair,
     tag_raw_sources,
-    untagged,
 )
 
 WORDS = ["a1", "a2", "a3", "b1", "b2"]
@@ -41,8 +39,10 @@ def line(d, text):
 def test_tag_symbols():
     assert is_tag("<2de>") and is_tag("<2summary>")
     assert not is_tag("<mask>") and not is_tag("<2 de>") and not is_tag("2de") and not is_tag("<2>")
-    assert known_tags(dictionary()) == ["<2de>", "<2fr>"]
-    assert known_tags(dictionary(tags=())) == []
+    d = dictionary()
+    assert TaskTags(d).names == ["<2de>", "<2fr>"]
+    assert TaskTags(d).ids == {"<2de>": d.index("<2de>"), "<2fr>": d.index("<2fr>")}
+    assert TaskTags(dictionary(tags=())).names == [] and not TaskTags(dictionary(tags=()))
 
 
 @pytest.mark.parametrize(
@@ -61,31 +61,31 @@ def test_split_tag(text, tag, rest):
 
 def test_unknown_tags_name_the_known_ones():
     d = dictionary()
-    assert tag_index("<2fr>", d) == d.index("<2fr>")
+    assert TaskTags(d).index("<2fr>") == d.index("<2fr>")
     with pytest.raises(
         CMLMPluginError, match=r"unknown task tag '<2es>': this model knows <2de>, <2fr>"
     ):
-        tag_index("<2es>", d)
+        TaskTags(d).index("<2es>")
     with pytest.raises(CMLMPluginError, match="has no task tags"):
-        tag_index("<2de>", dictionary(tags=()))
+        TaskTags(dictionary(tags=())).index("<2de>")
 
 
 def test_raw_sources_get_the_target_tag_where_they_have_none():
     d = dictionary()
     sources = [line(d, "<2fr> a1 a2"), line(d, "a3"), line(d, ""), line(d, "<2de> b1")]
-    out = tag_raw_sources(sources, d, "<2de>", first_line=0)
+    out = tag_raw_sources(sources, TaskTags(d), "<2de>", first_line=0)
     assert [d.string(s) for s in out] == ["<2fr> a1 a2", "<2de> a3", "", "<2de> b1"]
     assert out[2].tolist() == [d.eos()]  # the empty line stays empty
     with pytest.raises(
         CMLMPluginError,
         match=r"input line 11 starts with no task tag.*<2de>, <2fr>",
     ):
-        tag_raw_sources(sources, d, None, first_line=10)
+        tag_raw_sources(sources, TaskTags(d), None, first_line=10)
     tagged = [sources[0], sources[3]]
-    assert tag_raw_sources(tagged, d, None, 0) is tagged  # nothing to do
+    assert tag_raw_sources(tagged, TaskTags(d), None, 0) is tagged  # nothing to do
     plain = dictionary(tags=())
     untouched = [line(plain, "a1 a2")]
-    assert tag_raw_sources(untouched, plain, None, 0) is untouched  # single-task model
+    assert tag_raw_sources(untouched, TaskTags(plain), None, 0) is untouched  # single-task
 
 
 @settings(max_examples=60, deadline=None)
@@ -93,7 +93,7 @@ def test_raw_sources_get_the_target_tag_where_they_have_none():
 def test_every_source_starts_with_one_tag(lines):
     d = dictionary()
     sources = [line(d, " ".join(words)) for words in lines]
-    out = tag_raw_sources(sources, d, "<2fr>", first_line=0)
+    out = tag_raw_sources(sources, TaskTags(d), "<2fr>", first_line=0)
     assert len(out) == len(sources)
     tag_ids = {d.index("<2de>"), d.index("<2fr>")}
     for before, after in zip(sources, out):
@@ -108,7 +108,7 @@ def test_every_source_starts_with_one_tag(lines):
 
 def test_template_bpe_keeps_the_tag_whole():
     d = dictionary()
-    bpe = TemplateBPE(None, d, d)
+    bpe = TemplateBPE(None, d, TaskTags(d))
     assert bpe.encode("<2fr> a1 a2") == "<2fr> a1 a2"
     assert bpe.encode("<2de> a1 <mask:2> b1") == "<2de> a1 <mask> <mask> b1"
     assert bpe.encode("a1 a2") == "a1 a2"
@@ -123,8 +123,8 @@ def test_language_pair_tagged_in_place():
     sizes = np.array([s.numel() for s in src])
     dataset = LanguagePairDataset(src, sizes, d, tgt, np.array([t.numel() for t in tgt]), d)
     with pytest.raises(CMLMPluginError, match="split test: 2 of 3 source sentences"):
-        tag_language_pair(dataset, "test", d, None)
-    tag_language_pair(dataset, "test", d, "<2de>")
+        tag_language_pair(dataset, "test", TaskTags(d), None)
+    tag_language_pair(dataset, "test", TaskTags(d), "<2de>")
     assert [d.string(dataset[i]["source"]) for i in range(3)] == [
         "<2fr> a1 a2", "<2de> a3 a1 a2 a1", "<2de> b1"
     ]  # fmt: skip
@@ -132,4 +132,4 @@ def test_language_pair_tagged_in_place():
     assert dataset.sizes[:, 0].tolist() == [4, 6, 3] and dataset.sizes[:, 1].tolist() == [2, 3, 2]
     batch = dataset.collater([dataset[i] for i in range(3)])
     assert batch["net_input"]["src_lengths"].tolist() == [6, 4, 3]  # sorted, tags counted
-    assert untagged([int(dataset[i]["source"][0]) for i in range(3)], d).sum() == 0
+    assert TaskTags(d).untagged([int(dataset[i]["source"][0]) for i in range(3)]).sum() == 0

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from ..errors import CMLMPluginError
 from ..symbols import MASK_SYMBOL
-from ..task_tags import split_tag, tag_index
+from ..task_tags import TaskTags, split_tag
 
 MASK_MARKUP = re.compile(r"<mask(?::(\d+))?>")  # <mask> or <mask:N>
 MAX_SPAN = 4096  # the largest N of <mask:N>: far beyond any model's target positions
@@ -89,13 +89,14 @@ class TemplateBPE:
     ``fairseq-interactive`` encodes sources and ``--constraints`` templates with the
     task's BPE (the hub interface gets it from ``CMLMPluginModel.from_pretrained``);
     this wrapper changes only text that holds ``<mask>`` markup or starts with a task
-    tag (``task_tags``): the tag is checked against ``source_dictionary`` and kept whole.
+    tag (``task_tags``): the tag is checked against ``tags`` (the source dictionary's
+    ``TaskTags``; default: those of ``dictionary``) and kept whole.
     """
 
-    def __init__(self, bpe, dictionary, source_dictionary=None):
+    def __init__(self, bpe, dictionary, tags: Optional[TaskTags] = None):
         self.bpe = bpe
         self.dictionary = dictionary
-        self.source_dictionary = dictionary if source_dictionary is None else source_dictionary
+        self.tags = TaskTags(dictionary) if tags is None else tags
         self.sentencepiece = is_sentencepiece(bpe)
 
     def piece(self, text: str) -> str:
@@ -106,7 +107,7 @@ class TemplateBPE:
         pieces = encode_template(rest, self.piece, self.dictionary, self.sentencepiece)
         if tag is None:
             return pieces
-        tag_index(tag, self.source_dictionary)  # a clear error for an unknown tag
+        self.tags.index(tag)  # a clear error for an unknown tag
         return f"{tag} {pieces}".rstrip()
 
     def decode(self, text: str) -> str:

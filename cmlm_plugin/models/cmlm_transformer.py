@@ -83,7 +83,7 @@ class CMLMPluginModel(TransformerModel):
         hub = super().from_pretrained(
             model_name_or_path, checkpoint_file, data_name_or_path, **kwargs
         )
-        hub.bpe = TemplateBPE(hub.bpe, hub.task.target_dictionary, hub.task.source_dictionary)
+        hub.bpe = TemplateBPE(hub.bpe, hub.task.target_dictionary, hub.task.task_tags)
         return hub
 
     @staticmethod

@@ -35,7 +35,7 @@ from ..generation.generator import build_generator
 from ..generation.templates import TemplateBPE, unmasked_templates
 from ..models.cmlm_transformer import CMLMPluginModel
 from ..symbols import MASK_SYMBOL, mask_index
-from ..task_tags import tag_index, tag_language_pair, tag_raw_sources
+from ..task_tags import TaskTags, tag_language_pair, tag_raw_sources
 from ..training.noise import diffusion_mask, empty_sources, uniform_mask
 from ..training.second_pass import glancing_input, glancing_ratio, self_correction_input
 from .cmlm_config import CMLMConfig
@@ -91,8 +91,9 @@ class CMLMPluginTask(TranslationTask):
         if cfg.left_pad_target:
             raise CMLMPluginError("--task cmlm needs right-padded targets: drop --left-pad-target")
         self.mask_idx = mask_index(tgt_dict)
+        self.task_tags = TaskTags(src_dict)  # {tag: id}, read once
         if cfg.target_tag is not None:
-            tag_index(cfg.target_tag, src_dict)  # a clear error for an unknown tag
+            self.task_tags.index(cfg.target_tag)  # a clear error for an unknown tag
         self.special_ids = sorted({tgt_dict.pad(), tgt_dict.bos(), tgt_dict.eos(), self.mask_idx})
 
     @classmethod
@@ -127,7 +128,7 @@ class CMLMPluginTask(TranslationTask):
         """
         super().load_dataset(split, epoch, combine, **kwargs)
         if not split.startswith("train"):
-            tag_language_pair(self.datasets[split], split, self.src_dict, self.cfg.target_tag)
+            tag_language_pair(self.datasets[split], split, self.task_tags, self.cfg.target_tag)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq's dataset of raw text, marked with the running id of its first line.
@@ -138,7 +139,7 @@ class CMLMPluginTask(TranslationTask):
         model's sources get ``--target-tag`` where they start with no tag of their own.
         """
         first_id = getattr(self, "_inference_lines", 0)
-        tagged = tag_raw_sources(src_tokens, self.src_dict, self.cfg.target_tag, first_id)
+        tagged = tag_raw_sources(src_tokens, self.task_tags, self.cfg.target_tag, first_id)
         if tagged is not src_tokens:
             src_tokens, src_lengths = tagged, [t.numel() for t in tagged]
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
@@ -150,7 +151,7 @@ class CMLMPluginTask(TranslationTask):
 
     def build_bpe(self, args):
         """fairseq's BPE (or none), encoding infilling templates mask by mask."""
-        return TemplateBPE(super().build_bpe(args), self.tgt_dict, self.src_dict)
+        return TemplateBPE(super().build_bpe(args), self.tgt_dict, self.task_tags)
 
     def warn_unmasked_templates(self, constraints, first_id: int) -> None:
         """One warning per template of the ``B x K`` packed ``constraints`` with no ``<mask>``."""
