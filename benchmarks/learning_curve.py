@@ -65,7 +65,7 @@ def reusable(path) -> Dict[tuple, Dict]:
 
 def plot(points: List[Dict], path: str) -> None:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(6.5, 5.2))
     for label in dict.fromkeys(p["label"] for p in points):
         mine = [p for p in points if p["label"] == label]
         style = "s--" if mine[0]["kind"] == "ar" else "o-"
@@ -73,7 +73,7 @@ def plot(points: List[Dict], path: str) -> None:
                 label=f"{label} ({mine[0]['decoding']})")  # fmt: skip
     ax.set(xlabel="training updates", ylabel="test sacreBLEU", title="BLEU vs updates")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)  # under the axes
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

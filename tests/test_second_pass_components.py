@@ -25,6 +25,14 @@ def test_off_by_default(data_dir):
     assert noisy_sample(task)[1] is None
 
 
+@pytest.mark.parametrize("flag", ["--glancing-ratio", "--self-correction"])
+def test_second_pass_starts_at_its_update(data_dir, flag):
+    task, _, _ = setup(data_dir, flag, "0.5", "--second-pass-from-update", "100")
+    assert noisy_sample(task, update=0)[1] is None  # plain CMLM training first
+    assert noisy_sample(task, update=99)[1] is None
+    assert callable(noisy_sample(task, update=100)[1])
+
+
 @pytest.mark.parametrize(
     "flags", [("--glancing-ratio", "0.5"), ("--self-correction", "1.0")], ids=["glat", "sc"]
 )
@@ -79,6 +87,7 @@ def test_self_correction_feeds_the_models_own_tokens(data_dir):
         (("--self-correction", "-0.1"), "self-correction"),
         (("--glancing-ratio", "0.5", "--glancing-anneal-updates", "-1"), "anneal"),
         (("--glancing-ratio", "0.5", "--objective", "diffusion"), "objective cmlm"),
+        (("--self-correction", "0.5", "--second-pass-from-update", "-1"), "from-update must"),
     ],
 )
 def test_bad_flags_are_refused_at_start_up(data_dir, flags, message):

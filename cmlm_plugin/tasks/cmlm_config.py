@@ -73,6 +73,14 @@ class CMLMConfig(TranslationConfig):
             "positions that hold the model's predictions"
         },
     )
+    second_pass_from_update: int = field(
+        default=0,
+        metadata={
+            "help": "train the plain cmlm objective before this update and glancing / "
+            "self-correction from it on (0: from the start, as GLAT and SMART do); on "
+            "distilled data they stall without it (docs/training.md)"
+        },
+    )
     diffusion_eps: float = field(
         default=1e-3,
         metadata={"help": "diffusion objective: mask probability p = (1 - eps) t + eps"},

@@ -51,6 +51,10 @@ def check_second_pass(cfg) -> None:
                         ("--self-correction", cfg.self_correction)):  # fmt: skip
         if value is not None and not 0.0 <= value <= 1.0:
             raise CMLMPluginError(f"{flag} must be in [0, 1], got {value}")
+    if cfg.second_pass_from_update < 0:
+        raise CMLMPluginError(
+            f"--second-pass-from-update must be >= 0, got {cfg.second_pass_from_update}"
+        )
     if cfg.glancing_anneal_updates < 0:
         raise CMLMPluginError(
             f"--glancing-anneal-updates must be >= 0, got {cfg.glancing_anneal_updates}"
@@ -280,12 +284,15 @@ class CMLMPluginTask(TranslationTask):
 
         A sentence is rebuilt by self-correction with probability
         ``--self-correction``; the others get glancing when ``--glancing-ratio`` > 0.
+        Before ``--second-pass-from-update`` neither runs (plain CMLM training).
         All random draws come from the batch's noise ``generator``.
         """
         cfg = self.cfg
         end = cfg.glancing_ratio if cfg.glancing_ratio_end is None else cfg.glancing_ratio_end
         ratio = glancing_ratio(cfg.glancing_ratio, end, cfg.glancing_anneal_updates, update_num)
         if ratio <= 0 and cfg.self_correction <= 0:
+            return None
+        if update_num < cfg.second_pass_from_update:  # the plain objective first
             return None
         target = sample["target"]  # B x T
         rows = torch.zeros(target.size(0), dtype=torch.bool, device=target.device)  # B
