@@ -24,6 +24,11 @@ takes the first pass's predictions at its masked positions, then a fresh CMLM ma
 stay as predicted, and the loss covers the new mask and those positions, so the model
 learns to fix its own errors (SMART trains on every position; CMLMC on the masked and
 the replaced ones, as here).
+
+Both papers train with their method from the first update. The task can start both
+later (``--second-pass-from-update``, a deviation): on distilled Multi30k targets they
+kept the model from learning to use the source when on from the start, and helped when
+switched on after 1500 plain updates (docs/training.md).
 """
 
 from typing import Optional, Tuple

@@ -22,9 +22,10 @@
 #   SPM_VOCAB, DEVICE_FLAGS, TRAIN_FLAGS are passed on to the two scripts (TRAIN_FLAGS
 #   last, so they override).
 #   RECIPE=best the best recipe measured (train-multi30k-best.sh: autoregressive teacher,
-#               distillation, student; BEST_STUDENT_FLAGS adds student flags), MAX_UPDATE
+#               distillation, student with glancing from half its updates on;
+#               BEST_STUDENT_FLAGS adds student flags, GLANCING=0 drops glancing), MAX_UPDATE
 #               default 3000 per training, into WORK_DIR/checkpoints/best; about 2.5 h on a
-#               2-core CPU (27.99 sacreBLEU at T=10, l=5 against 23.73 for RECIPE=single
+#               2-core CPU (29.07 sacreBLEU at T=10, l=5 against 23.73 for RECIPE=single
 #               at the same 3000 updates, docs/reproducing.md).
 #               Not with QUICK=1 (a 40-update teacher distils nothing worth testing).
 #
@@ -49,8 +50,8 @@ prepare_failed() {  # $1: the data folder prepare-multi30k.sh was writing
 WORK=${1:-work}
 QUICK=${QUICK:-0}
 RECIPE=${RECIPE:-single}
-# the student's extra flags in the best recipe: none, distillation alone was best in
-# docs/reproducing.md's quality study at 3000 updates (glancing on distilled data: far worse)
+# the student's extra flags in the best recipe: none beyond train-multi30k-best.sh's own
+# (glancing from MAX_UPDATE/2, the best of docs/reproducing.md's quality study at 3000 updates)
 BEST_STUDENT_FLAGS=${BEST_STUDENT_FLAGS:-}
 case $RECIPE in
   single) ;;
