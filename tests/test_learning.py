@@ -28,13 +28,18 @@ def consistent(text: str) -> bool:
     return len({token[0] for token in text.split()}) <= 1
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("learn")
+def transduction_data(tmp_path_factory, name: str, styles: int):
+    """The learning data (4000 / 100 / 300 pairs), binarized, written in ``styles`` styles."""
+    root = tmp_path_factory.mktemp(name)
     sizes = {"train": 4000, "valid": 100, "test": 300}
-    write_transduction(root / "raw", sizes, seed=0, vocab=10, styles=2)
+    write_transduction(root / "raw", sizes, seed=0, vocab=10, styles=styles)
     preprocess(root / "raw", root / "bin")
     return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return transduction_data(tmp_path_factory, "learn", styles=2)
 
 
 def train(root, name, *extra):
@@ -119,10 +124,7 @@ def test_diffusion_objective_learns_and_its_bound_decreases(data):
 @pytest.fixture(scope="module")
 def deterministic(tmp_path_factory):
     """One style only: every target is a function of its source, as distilled data is."""
-    root = tmp_path_factory.mktemp("learn-det")
-    write_transduction(root / "raw", {"train": 4000, "valid": 100, "test": 300}, seed=0, vocab=10)
-    preprocess(root / "raw", root / "bin")
-    return root
+    return transduction_data(tmp_path_factory, "learn-det", styles=1)
 
 
 def test_self_correction_learns_deterministic_targets_as_fast_as_the_plain_objective(

@@ -26,8 +26,9 @@ MAX_UPDATE=${MAX_UPDATE:-3000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 [[ $MAX_UPDATE =~ ^[1-9][0-9]*$ ]] || { echo "error: MAX_UPDATE must be a positive integer, got '$MAX_UPDATE'" >&2; exit 1; }
 GLANCING=${GLANCING:-1}
+HALF=$((MAX_UPDATE / 2))
 case $GLANCING in
-  1) METHOD="--glancing-ratio 0.5 --glancing-ratio-end 0.3 --glancing-anneal-updates $MAX_UPDATE --second-pass-from-update $((MAX_UPDATE / 2))" ;;
+  1) METHOD="--glancing-ratio 0.5 --glancing-ratio-end 0.3 --glancing-anneal-updates $MAX_UPDATE --second-pass-from-update $HALF" ;;
   0) METHOD="" ;;
   *) echo "error: GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0 (distillation alone), got '$GLANCING'" >&2; exit 1 ;;
 esac
@@ -44,6 +45,6 @@ else
   bash "$HERE/distill.sh" "$DATA" "$WORK/teacher/checkpoint_last.pt" "$DISTILLED"
 fi
 
-echo "3/3 student: cmlm_plugin_small on the distilled data, $MAX_UPDATE updates -> $WORK/student${METHOD:+ (glancing from update $((MAX_UPDATE / 2)))}"
+echo "3/3 student: cmlm_plugin_small on the distilled data, $MAX_UPDATE updates -> $WORK/student${METHOD:+ (glancing from update $HALF)}"
 TRAIN_HOURS=0 TRAIN_FLAGS="--max-update $MAX_UPDATE $METHOD ${STUDENT_FLAGS:-}" \
   bash "$HERE/train-multi30k-small.sh" "$DISTILLED" "$WORK/student"
