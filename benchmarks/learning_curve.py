@@ -1,12 +1,13 @@
 """Learning curves: test BLEU against training updates, one line per training run.
 
     python benchmarks/learning_curve.py DATA_BIN --cmlm LABEL=SAVE_DIR [--cmlm ...]
-        [--ar LABEL=SAVE_DIR] [--config T=10,l=1] [--beam 5] [--every N]
+        [--ar LABEL=SAVE_DIR] [--config T=10,l=1] [--beam 5] [--every N] [--max-updates U]
         [--remove-bpe sentencepiece] [--cpu] [--reuse OLD.json] [--json OUT.json]
         [--plot OUT.png]
 
 Every ``checkpoint_E_U.pt`` of a save directory (fairseq's ``--save-interval-updates``
-checkpoints; U is the update count; with ``--every N`` only those where N divides U) is
+checkpoints; U is the update count; with ``--every N`` only those where N divides U, with
+``--max-updates M`` only those with U <= M, so that runs still training stop at one budget) is
 decoded on the test set by the real
 ``fairseq-generate``, through ``cmlm-table``'s runner (``cmlm_plugin/cli/table.py``):
 our models at ``--config`` (the decoding-configuration language of ``cmlm-table``),
@@ -86,6 +87,7 @@ def main(argv=None) -> None:
     p.add_argument("--config", type=argument, default=argument("T=10,l=1"))
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--every", type=int, default=1, help="only checkpoints of U divisible by N")
+    p.add_argument("--max-updates", type=int, default=0, help="only checkpoints of U <= M (0: all)")
     p.add_argument("--subset", default="test")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--remove-bpe", default=None)
@@ -103,7 +105,7 @@ def main(argv=None) -> None:
         for value in values:
             label, _, save_dir = value.rpartition("=")
             for updates, path in interval_checkpoints(Path(save_dir)).items():
-                if updates % args.every:
+                if updates % args.every or 0 < args.max_updates < updates:
                     continue
                 cell = dict(kind=kind, label=label or kind, path=str(path), updates=updates)
                 if kind == "ar":

@@ -183,6 +183,9 @@ def test_length_bias_and_learning_curve_benchmarks_run(tiny_run, fairseq_cmlm, t
     run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
         "--cmlm", f"ours={runs}", "--config", "T=1", "--every", "20", "--cpu", "--json", report)  # fmt: skip
     assert [p["updates"] for p in json.loads(report.read_text())] == [20]
+    run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin", "--cmlm",
+        f"ours={runs}", "--config", "T=1", "--max-updates", "19", "--cpu", "--json", report)  # fmt: skip
+    assert [p["updates"] for p in json.loads(report.read_text())] == [10]
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
