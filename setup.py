@@ -27,7 +27,7 @@ setup(
         "sentencepiece",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "matplotlib"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib"],
         "plot": ["matplotlib"],
         "dev": ["black", "isort"],
     },

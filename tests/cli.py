@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
-from conftest import ROOT
+from conftest import ROOT, THREADS
 
 BIN = Path(sys.executable).parent
 
@@ -24,10 +24,10 @@ def command(name: str) -> List[str]:
 def environment(**extra) -> Dict[str, str]:
     """The environment of the commands the tests run, plus ``extra``.
 
-    A traceback request is dropped so that the plugin's one-line errors show as users
-    see them.
+    One thread per command (``conftest.THREADS``). A traceback request is dropped so that
+    the plugin's one-line errors show as users see them.
     """
-    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore")
+    env = dict(os.environ, OMP_NUM_THREADS=THREADS, PYTHONWARNINGS="ignore")
     env.pop("CMLM_PLUGIN_TRACEBACK", None)
     env.update(extra)
     return env

@@ -1,5 +1,5 @@
-"""Shared test settings: the repository root on sys.path, hypothesis without deadlines, the
-shared tiny trained model."""
+"""Shared test settings: the repository root on sys.path, hypothesis without deadlines,
+one thread per process, the longest files first, the shared tiny trained model."""
 
 import os
 import sys
@@ -15,7 +15,27 @@ settings.load_profile("cmlm_plugin")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# One thread for the test process and for every command it runs (cli.environment): the
+# README runs two test processes at once (pytest -n 2) on a 2-core machine, and OpenMP
+# threads that outnumber the cores busy-wait on each other. Measured 2026-12-02 with two
+# threads per command while two one-thread trainings ran: the self-correction learning
+# test took 802 s, against 77 s alone on 2026-12-01.
+THREADS = "1"
+os.environ["OMP_NUM_THREADS"] = THREADS
+
+# The longest files (minutes each) run first: under the README's parallel command
+# (pytest -n 2 --dist loadfile --no-loadscope-reorder) one worker takes each of them at the
+# start, so that the workers end together instead of one waiting on the learning tests.
+LONGEST_FIRST = ("test_learning.py", "test_paper_tools_e2e.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file is kept
+
 
 N_TEST = 20  # test sentences of the shared tiny run
 
