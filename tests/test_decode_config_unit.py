@@ -23,15 +23,17 @@ def configs(draw):
     impl = draw(st.sampled_from(dc.IMPLS))
     beams = draw(counts)
     prior = draw(st.just(0.0) | st.floats(0, 100))
+    shift = draw(st.just(0) | st.integers(-50, 50))
     if draw(st.booleans()):  # Mask-Predict
         return dc.DecodeConfig(passes=draw(counts), length_beams=beams, impl=impl,
                                prune_after=draw(maybe(counts)),
                                stop_unchanged=draw(st.booleans()), length_prior=prior,
+                               length_shift=shift,
                                adaptive_passes=draw(maybe(st.integers(0, 20))),
                                regions=draw(counts))  # fmt: skip
     threshold = draw(maybe(st.floats(0, 1, exclude_min=True)))
     return dc.DecodeConfig(steps=draw(counts), length_beams=beams, impl=impl, length_prior=prior,
-                           block_length=draw(maybe(counts)), threshold=threshold)  # fmt: skip
+                           length_shift=shift, block_length=draw(maybe(counts)), threshold=threshold)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -65,6 +67,11 @@ def test_mask_predict_flags():
     assert flags("S=4,lp=1")[-2:] == ["--length-prior-weight", "1.0"]
     assert not dc.parse("T=10,l=5,lp=0.5").fairseq_comparable
     assert dc.parse("T=10,lp=0") == dc.parse("T=10")  # weight 0 is the paper's rule
+    assert flags("T=10,l=5,shift=1")[4:] == ["--length-shift", "1"]
+    assert flags("T=10,l=5,shift=-2")[4:] == ["--length-shift", "-2"]
+    assert str(dc.parse("T=10,l=5,shift=+1")) == "T=10,l=5,shift=1"
+    assert not dc.parse("T=10,l=5,shift=1").fairseq_comparable
+    assert dc.parse("T=10,shift=0") == dc.parse("T=10")  # no shift: the paper's candidates
     assert flags("T=10,ap=0,regions=3")[4:] == ["--adaptive-passes", "0", "--remask-regions", "3"]
     assert dc.parse("T=10,regions=1") == dc.parse("T=10")  # one region is the global rule
     assert not dc.parse("T=10,ap=1").plain
@@ -124,6 +131,8 @@ def test_canonical_form_and_defaults():
         ("T=1,lp=-1", "lp=-1 needs a number >= 0"),
         ("T=1,lp=inf", "lp=inf needs a number >= 0"),
         ("T=1,lp=x", "lp=x needs a number >= 0"),
+        ("T=1,shift=1.5", "shift=1.5 needs a whole number (may be negative)"),
+        ("T=1,shift=", "shift= needs a whole number"),
         ("T=1,ap=-1", "ap=-1 needs a whole number >= 0"),
         ("T=1,regions=0", "regions=0 needs a whole number >= 1"),
         ("S=2,ap=1", "key 'ap' applies only to T= (Mask-Predict)"),
@@ -136,8 +145,8 @@ def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
     assert "\n" not in message and message.startswith(f"bad decoding config {text!r}: ")
     assert problem in message
     assert (
-        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, impl=fast|int8|compiled|modules"
-        in message
+        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, shift=K, "
+        "impl=fast|int8|compiled|modules" in message
     )
 
 

@@ -1,4 +1,5 @@
-"""Component tests of --length-prior-weight: candidates ranked with the length head's prior."""
+"""Component tests of length selection: --length-prior-weight (candidates ranked with the
+length head's prior) and --length-shift (every candidate moved by K pieces)."""
 
 import argparse
 
@@ -59,3 +60,15 @@ def test_a_negative_weight_is_refused(data_dir):
     task, model, _ = setup(data_dir, "--length-prior-weight", "-1")
     with pytest.raises(ValueError, match="length-prior-weight"):
         task.build_generator([model], argparse.Namespace())
+
+
+@pytest.mark.parametrize("shift", [2, -1])
+def test_a_length_shift_moves_every_candidate(data_dir, shift):
+    task, model, _ = setup(data_dir, "--length-shift", str(shift))
+    model.eval()
+    hypos, sample = decode(task, model, beam=1)
+    head = head_lengths(model, sample, 1)[:, 0]  # B, the head's own best length
+    expected = head + shift
+    assert (expected >= 1).all() and (expected <= model.decoder.max_positions()).all()
+    assert [len(h[0]["tokens"]) - 1 for h in hypos] == expected.tolist()  # EOS excluded
+    assert task.build_generator([model], argparse.Namespace()).length_shift == shift

@@ -72,11 +72,13 @@ def test_cmlm_table_runs_every_system(tiny_run, fairseq_cmlm, tmp_path):
     out = run(
         "cmlm-table", tiny_run / "bin", "--cmlm", f"converted={ours}",
         "--fairseq-cmlm", f"fairseq={theirs}",
-        "--iters", "1,3", "--length-beams", "1,2", "--tokenized-bleu", "--pair", "wmt14-en-de",
+        "--iters", "1,3", "--length-beams", "1,2", "--configs", "T=3,l=2,shift=1",
+        "--tokenized-bleu", "--pair", "wmt14-en-de",
         "--cpu", "--json", report, "--markdown", table, "--plot", tmp_path / "table.png",
     )  # fmt: skip
     rows = json.loads(report.read_text())
-    assert len(rows) == 2 * 2 * 2
+    assert len(rows) == 2 * 2 * 2 + 1  # fairseq's generator has no --length-shift
+    assert [r["label"] for r in rows if r["config"] == "T=3,l=2,shift=1"] == ["converted"]
     assert all(r["sentences"] == N_TEST and r["sentences_per_s"] > 0 for r in rows)
     single = [r for r in rows if r["T"] == 1]
     assert all(r["passes"] == 1.0 for r in single)

@@ -9,12 +9,13 @@ A configuration is comma-separated ``key=value`` items (order free, each key onc
 
 Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (``--decoding
 diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
-``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast) and ``lp=W`` (``--length-prior-weight``,
-W >= 0, default 0) apply to both; ``prune=K``
+``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast), ``lp=W`` (``--length-prior-weight``,
+W >= 0, default 0) and ``shift=K`` (``--length-shift``, a whole number, may be negative, default
+0) apply to both; ``prune=K``
 (``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``), ``ap=C``
 (``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
 <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune, stop,
-ap, regions, lp, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
+ap, regions, lp, shift, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
 raises a one-line ``CMLMPluginError`` naming the bad key and the allowed ones.
 """
 
@@ -38,11 +39,13 @@ KEYS = (
     "ap",
     "regions",
     "lp",
+    "shift",
     "impl",
 )  # the canonical order
 MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions")
 DIFFUSION_ONLY = ("b", "c")
 _COUNT = re.compile(r"\d+")
+_SIGNED = re.compile(r"[+-]?\d+")
 _COMPACT = re.compile(r"\d+x\d+.*")
 
 
@@ -60,6 +63,7 @@ class DecodeConfig:
     adaptive_passes: Optional[int] = None  # ap (Mask-Predict): T_i = ceil(log2 n) + C
     regions: int = 1  # regions (Mask-Predict): --remask-regions
     length_prior: float = 0.0  # lp: --length-prior-weight
+    length_shift: int = 0  # shift: --length-shift
     impl: str = "fast"
 
     @property
@@ -79,6 +83,7 @@ class DecodeConfig:
             and self.prune_after is None
             and not self.stop_unchanged
             and not self.length_prior
+            and not self.length_shift
             and self.adaptive_passes is None
             and self.regions == 1
         )
@@ -104,6 +109,8 @@ class DecodeConfig:
             out.append(f"regions={self.regions}")
         if self.length_prior:
             out.append(f"lp={self.length_prior!r}")
+        if self.length_shift:
+            out.append(f"shift={self.length_shift}")
         if self.impl != "fast":
             out.append(f"impl={self.impl}")
         return out
@@ -137,6 +144,8 @@ class DecodeConfig:
             out += ["--remask-regions", str(self.regions)]
         if self.length_prior:
             out += ["--length-prior-weight", repr(self.length_prior)]
+        if self.length_shift:
+            out += ["--length-shift", str(self.length_shift)]
         if self.impl != "fast":
             out += ["--decoder-impl", self.impl]
         return out
@@ -146,7 +155,7 @@ class DecodeConfig:
         if not self.fairseq_comparable:
             raise CMLMPluginError(
                 f"decoding config {self}: fairseq's generator runs only T= and l= "
-                "(no S, prune, stop, ap, regions or lp)"
+                "(no S, prune, stop, ap, regions, lp or shift)"
             )
         return [
             "--iter-decode-max-iter",
@@ -159,7 +168,7 @@ class DecodeConfig:
 def _error(text: str, problem: str) -> CMLMPluginError:
     return CMLMPluginError(
         f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
-        f"prune=N, stop, ap=C, regions=K, lp=W, impl={'|'.join(IMPLS)}; e.g. T=10,l=5 or S=10,b=4)"
+        f"prune=N, stop, ap=C, regions=K, lp=W, shift=K, impl={'|'.join(IMPLS)}; e.g. T=10,l=5 or S=10,b=4)"
     )
 
 
@@ -218,6 +227,10 @@ def parse(text: str) -> DecodeConfig:
         if not 0 <= weight < math.inf:
             raise _error(text, f"lp={values['lp']} needs a number >= 0")
         config["length_prior"] = weight
+    if "shift" in values:
+        if not _SIGNED.fullmatch(values["shift"]):
+            raise _error(text, f"shift={values['shift']} needs a whole number (may be negative)")
+        config["length_shift"] = int(values["shift"])
     if "impl" in values:
         if values["impl"] not in IMPLS:
             raise _error(text, f"impl={values['impl']} is not one of {', '.join(IMPLS)}")

@@ -104,6 +104,7 @@ class LengthBeamGenerator:
         # the step returns log-probabilities over the whole vocabulary (Mask-Predict)
         self.normalize_before_ban = False
         self.length_prior_weight = 0.0  # --length-prior-weight: 0 is the paper's selection
+        self.length_shift = 0  # --length-shift: pieces added to every length candidate
         self.reranker = None  # --rerank-with: an AR model rescoring the candidates (rerank.py)
         self.rerank_weight = 1.0  # --rerank-weight: the AR score's share
 
@@ -159,7 +160,7 @@ class LengthBeamGenerator:
         max_length = model.decoder.max_positions()
         lengths, length_logprobs = length_candidates(
             length["logprobs"][:num_sentences],
-            length["class_lengths"][:num_sentences],
+            length["class_lengths"][:num_sentences] + self.length_shift,  # B x C
             beam,
             max_length,
         )  # B x beam, from the conditional pass
@@ -335,6 +336,7 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
     if weight < 0:
         raise CMLMPluginError(f"--length-prior-weight must be >= 0, got {weight}")
     generator.length_prior_weight = weight
+    generator.length_shift = getattr(task_cfg, "length_shift", 0)
     generator.reranker = build_reranker(task_cfg, src_dict, tgt_dict, generator.beam_size)
     generator.rerank_weight = getattr(task_cfg, "rerank_weight", 1.0)
     generator.source_symbols = (src_dict.pad(), src_dict.eos())

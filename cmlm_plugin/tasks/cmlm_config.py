@@ -151,6 +151,15 @@ class CMLMConfig(TranslationConfig):
             "log-probability alone, which favours short candidates)"
         },
     )
+    length_shift: int = field(
+        default=0,
+        metadata={
+            "help": "add K pieces to every length class of the length head before the top-l "
+            "candidates are taken (a shifted length outside [1, the decoder's maximum] is "
+            "never proposed; 0: the paper's candidates). Not in the paper: for a head biased "
+            "short, as distilled students' become; fit K on the validation set"
+        },
+    )
     rerank_with: Optional[str] = field(
         default=None,
         metadata={

@@ -43,6 +43,8 @@ SYMPTOMS = {
             "--iter-decode-with-beam 5 (more length candidates)",
             "--length-prior-weight W (rank candidates with the length head too; 0, the "
             "paper's rule, favours short ones)",
+            "--length-shift K (add K pieces to every length candidate; fit K on the "
+            "validation set)",
             "--length-loss-factor (training: weight of the length loss)",
             "--length-offset (training: predict the offset from the source length)",
         ),
@@ -54,6 +56,7 @@ SYMPTOMS = {
         "prediction on its own",
         (
             "--iter-decode-with-beam 5 (more length candidates)",
+            "--length-shift -K (take K pieces off every length candidate)",
             "--length-loss-factor (training: weight of the length loss)",
             "--length-offset (training: predict the offset from the source length)",
         ),
