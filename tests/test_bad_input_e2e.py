@@ -295,5 +295,6 @@ def test_readme_lists_every_case():
         "convert-wrong-source", "average-too-few", "int8-gpu",
         "rerank-missing", "rerank-not-autoregressive", "rerank-vocabulary", "rerank-one-candidate",
         "unknown-tag", "missing-tag",  # tests/test_task_tags_e2e.py
+        "init-ar-missing", "init-ar-shape",  # tests/test_ar_init_e2e.py
     }  # fmt: skip
     assert cases == tested

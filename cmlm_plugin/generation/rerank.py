@@ -10,10 +10,9 @@ log-probability of those n + 1 tokens, which replaces the NAT score. This module
 the same for our l candidates:
 
 - ``load_reranker`` reads a fairseq autoregressive encoder-decoder checkpoint (e.g.
-  ``fairseq-train --task translation --arch transformer``) with fairseq's
-  ``checkpoint_utils`` (weights-only loading, ``checkpoints/safety.py``), checks that its
-  dictionaries are ours (our ``<mask>``, which ``--task cmlm`` appends, aside) and builds
-  the model in eval mode;
+  ``fairseq-train --task translation --arch transformer``) through
+  ``checkpoints.autoregressive``: weights-only, its dictionaries checked against ours
+  (our ``<mask>``, which ``--task cmlm`` appends, aside), the model in eval mode;
 - ``Reranker.score`` scores all ``N = B * l`` candidates of a batch in one batched pass:
   the encoder once per sentence, the decoder once for every candidate;
 - ``combine`` mixes the two scores, ``W * AR + (1 - W) * CMLM`` (``--rerank-weight W``;
@@ -25,37 +24,20 @@ there to correct. The hypothesis keeps the CMLM's own score (``H-`` lines); only
 choice among the candidates changes.
 """
 
-import copy
 import os
 import sys
 from typing import Optional
 
 import torch
-from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
-from fairseq.data.data_utils import infer_language_pair
-from fairseq.models import (
-    ARCH_MODEL_REGISTRY,
-    MODEL_REGISTRY,
-    FairseqEncoderDecoderModel,
-    FairseqIncrementalDecoder,
-)
-from fairseq.models import build_model as fairseq_build_model
-from fairseq.models.nat import FairseqNATModel
-from fairseq.tasks.translation import TranslationTask
 from torch import Tensor
 
-from ..checkpoints import safety  # noqa: F401  (the weights-only allow-list)
+from ..checkpoints.autoregressive import load_autoregressive
 from ..errors import CMLMPluginError
-from ..symbols import MASK_SYMBOL
 
 FLAG = "--rerank-with"
 WEIGHT_FLAG = "--rerank-weight"
 _LOADED = {}  # the last reranker loaded, by (path, mtime, dictionaries)
-_FIX = (
-    "give the checkpoint of an autoregressive model trained on the same binarized data, "
-    "e.g. fairseq-train DATA_BIN --task translation --arch transformer"
-)
 
 
 def combine(cmlm_scores: Tensor, ar_scores: Tensor, weight: float) -> Tensor:
@@ -74,64 +56,6 @@ def check_weight(weight: float) -> None:
             f"{WEIGHT_FLAG} is the AR score's share of the candidate score and must be in "
             f"(0, 1] (1: the AR score alone, fairseq's rule), got {weight}"
         )
-
-
-def _field(cfg, name: str):
-    """``cfg.name`` of an argparse Namespace or an omegaconf config, None when absent."""
-    try:
-        return getattr(cfg, name, None)
-    except Exception:  # an omegaconf struct without the key
-        return None
-
-
-def _trim(dictionary: Dictionary, size: int) -> Dictionary:
-    """A copy of ``dictionary`` holding its first ``size`` symbols."""
-    trimmed = copy.copy(dictionary)
-    trimmed.symbols = dictionary.symbols[:size]
-    trimmed.count = dictionary.count[:size]
-    trimmed.indices = {symbol: i for i, symbol in enumerate(trimmed.symbols)}
-    return trimmed
-
-
-def _embedding_rows(model_state: dict, prefix: str) -> Optional[int]:
-    for key in (f"{prefix}.output_projection.weight", f"{prefix}.embed_tokens.weight"):
-        if key in model_state:
-            return int(model_state[key].size(0))
-    return None
-
-
-def _matching_dictionary(path, side: str, ours: Dictionary, rows, theirs_file) -> Dictionary:
-    """The reranker's ``side`` dictionary: ours (less a trailing ``<mask>``), checked.
-
-    ``rows`` is the size of the checkpoint's embedding matrix (None if unknown);
-    ``theirs_file``, the reranker's own ``dict.*.txt`` when it still exists, is compared
-    symbol by symbol.
-    """
-    sizes, ours_text = [len(ours)], f"{len(ours)}"
-    if ours.symbols[-1] == MASK_SYMBOL:  # --task cmlm appended it; an AR task did not
-        sizes.append(len(ours) - 1)
-        ours_text += f" ({len(ours) - 1} without the <mask> that --task cmlm adds)"
-    theirs = None
-    if theirs_file is not None and os.path.isfile(theirs_file):
-        theirs = Dictionary.load(theirs_file)
-    size = len(theirs) if theirs is not None else rows
-    if size is None:
-        size = sizes[-1]
-    differs = size not in sizes or (rows is not None and rows != size)
-    where = ""
-    if theirs is not None and not differs:
-        pairs = enumerate(zip(theirs.symbols, ours.symbols))
-        i = next((i for i, (a, b) in pairs if a != b), None)  # the first differing symbol
-        if i is not None:
-            differs = True
-            where = f"; symbol {i} is {theirs.symbols[i]!r} there and {ours.symbols[i]!r} here"
-    if differs:
-        shown = rows if rows is not None and rows != size else size
-        raise CMLMPluginError(
-            f"{FLAG} {path}: the reranker's {side} dictionary has {shown} symbols but ours "
-            f"has {ours_text}{where}: {_FIX}"
-        )
-    return _trim(ours, size)
 
 
 class Reranker:
@@ -186,65 +110,8 @@ class Reranker:
 
 
 def load_reranker(path: str, src_dict: Dictionary, tgt_dict: Dictionary, languages=None):
-    """The autoregressive model of checkpoint ``path``, on the CPU in eval mode, checked.
-
-    ``languages``: our ``(source, target)``; a reranker of another direction is refused.
-    """
-    if not os.path.isfile(path):
-        raise CMLMPluginError(f"{FLAG} {path}: no such checkpoint file: {_FIX}")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)  # unreadable: errors name the file
-    cfg = state.get("cfg")
-    if cfg is None or "model" not in state:
-        raise CMLMPluginError(f"{FLAG} {path}: not a fairseq checkpoint (no cfg/model): {_FIX}")
-    model_cfg, task_cfg = cfg["model"], cfg["task"]
-    arch = _field(model_cfg, "_name") or _field(model_cfg, "arch")
-    task_name = _field(task_cfg, "_name")
-    model_class = ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)
-    autoregressive = (
-        model_class is not None
-        and issubclass(model_class, FairseqEncoderDecoderModel)
-        and not issubclass(model_class, FairseqNATModel)
-        and not hasattr(model_class, "predict_length")  # ours: non-autoregressive
-        and task_name not in ("cmlm", "translation_lev")
-    )
-    if not autoregressive:
-        raise CMLMPluginError(
-            f"{FLAG} {path}: the checkpoint is --task {task_name} --arch {arch}, not an "
-            f"autoregressive encoder-decoder model: {_FIX}"
-        )
-    data = str(_field(task_cfg, "data") or "").split(os.pathsep)[0]
-    source_lang, target_lang = _field(task_cfg, "source_lang"), _field(task_cfg, "target_lang")
-    if (source_lang is None or target_lang is None) and os.path.isdir(data):
-        source_lang, target_lang = infer_language_pair(data)  # as its fairseq-train did
-    if languages and None not in (*languages, source_lang, target_lang):
-        if tuple(languages) != (source_lang, target_lang):
-            raise CMLMPluginError(
-                f"{FLAG} {path}: the reranker translates {source_lang}-{target_lang} but we "
-                f"translate {languages[0]}-{languages[1]}: {_FIX}, in the same direction"
-            )
-
-    def own_file(lang):
-        return os.path.join(data, f"dict.{lang}.txt") if data and lang else None
-
-    weights = state["model"]
-    theirs_tgt = _matching_dictionary(
-        path, "target", tgt_dict, _embedding_rows(weights, "decoder"), own_file(target_lang)
-    )
-    theirs_src = _matching_dictionary(
-        path, "source", src_dict, _embedding_rows(weights, "encoder"), own_file(source_lang)
-    )
-    task = TranslationTask(task_cfg, theirs_src, theirs_tgt)
-    try:
-        model = fairseq_build_model(model_cfg, task)
-        model.load_state_dict(weights, strict=True, model_cfg=model_cfg)
-    except RuntimeError as error:  # e.g. size mismatch: another model than its config says
-        first = (str(error).strip().splitlines() or [""])[0][:160]
-        raise CMLMPluginError(f"{FLAG} {path}: cannot load the model ({first}): {_FIX}") from error
-    if not isinstance(model.decoder, FairseqIncrementalDecoder):
-        raise CMLMPluginError(
-            f"{FLAG} {path}: its decoder ({type(model.decoder).__name__}) is not an "
-            f"autoregressive (incremental) decoder: {_FIX}"
-        )
+    """The reranker of checkpoint ``path`` (``checkpoints.autoregressive``), checked."""
+    model = load_autoregressive(path, src_dict, tgt_dict, languages, flag=FLAG, who="the reranker")
     return Reranker(model, tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk())
 
 

@@ -81,6 +81,16 @@ class CMLMConfig(TranslationConfig):
             "distilled data they stall without it (docs/training.md)"
         },
     )
+    init_from_ar: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "fairseq-train: before the first update, copy the weights of this "
+            "autoregressive checkpoint (fairseq transformer of the same sizes, trained on "
+            "the same binarized data, e.g. the distillation teacher) into the new model; "
+            "the length head and the <mask> embedding keep their initialisation; a "
+            "resumed training keeps its own checkpoint's weights (docs/training.md)"
+        },
+    )
     diffusion_eps: float = field(
         default=1e-3,
         metadata={"help": "diffusion objective: mask probability p = (1 - eps) t + eps"},

@@ -23,6 +23,7 @@ its own, so no word-start piece is fixed in front of a mask. A template without 
 ``<mask>`` is decoded as given (nothing to generate) with a warning on stderr naming the line.
 """
 
+import logging
 import sys
 
 import torch
@@ -36,9 +37,12 @@ from ..generation.templates import TemplateBPE, unmasked_templates
 from ..models.cmlm_transformer import CMLMPluginModel
 from ..symbols import MASK_SYMBOL, mask_index
 from ..task_tags import TaskTags, tag_language_pair, tag_raw_sources
+from ..training.ar_init import init_from_autoregressive
 from ..training.noise import diffusion_mask, empty_sources, uniform_mask
 from ..training.second_pass import glancing_input, glancing_ratio, self_correction_input
 from .cmlm_config import CMLMConfig
+
+logger = logging.getLogger(__name__)
 
 TASK_NAME = "cmlm"
 INFERENCE_FIRST_ID = "cmlm_first_id"  # set on raw-text datasets: the id of their first line
@@ -122,7 +126,14 @@ class CMLMPluginTask(TranslationTask):
                 "model shares one embedding table: binarize with fairseq-preprocess "
                 "--joined-dictionary"
             )
-        return super().build_model(cfg, from_checkpoint)
+        model = super().build_model(cfg, from_checkpoint)
+        if self.cfg.init_from_ar and not from_checkpoint:  # a new model, not a loaded one
+            languages = (self.cfg.source_lang, self.cfg.target_lang)
+            report = init_from_autoregressive(
+                model, self.cfg.init_from_ar, self.src_dict, self.tgt_dict, languages
+            )
+            logger.info(report)
+        return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         """fairseq's language pair; evaluation splits of a multi-task model get task tags.
