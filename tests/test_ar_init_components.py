@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rerank_components import save
-from tinymodel import encode, setup, write_dictionaries
+from tinymodel import config, encode, setup, write_dictionaries
 
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.training.ar_init import copy_autoregressive, init_from_autoregressive
@@ -137,15 +137,7 @@ def test_the_task_copies_into_a_new_model_only(data_dir, tmp_path):
     assert torch.equal(layer, ar.encoder.layers[0].fc1.weight)
     # a model built to load a checkpoint into (fairseq-generate, the hub) reads no teacher
     (tmp_path / "ar.pt").unlink()
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from tinymodel import PLUGIN
-
-    argv = [data_dir, "--user-dir", PLUGIN, "--task", "cmlm", "--arch", "cmlm_plugin_tiny"]
-    argv += ["-s", "src", "-t", "tgt", "--init-from-ar", path, "--cpu"]
-    cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(options.get_training_parser(), argv)
-    )
+    cfg = config(data_dir, "--init-from-ar", path)
     loaded = task.build_model(cfg.model, from_checkpoint=True)
     assert not torch.equal(loaded.encoder.layers[0].fc1.weight, ar.encoder.layers[0].fc1.weight)
     with pytest.raises(CMLMPluginError, match="no such checkpoint file.*drop --init-from-ar"):
@@ -163,13 +155,7 @@ def test_a_teacher_of_other_sizes_is_refused(data_dir, tmp_path):
 
 
 def test_a_cmlm_checkpoint_is_refused(data_dir, tmp_path):
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from tinymodel import PLUGIN
-
     task, model, _ = setup(data_dir)
-    argv = [data_dir, "--user-dir", PLUGIN, "--task", "cmlm", "--arch", "cmlm_plugin_tiny"]
-    args = options.parse_args_and_arch(options.get_training_parser(), argv + ["--cpu"])
-    path = save(convert_namespace_to_omegaconf(args), model, tmp_path / "cmlm.pt")
+    path = save(config(data_dir), model, tmp_path / "cmlm.pt")
     with pytest.raises(CMLMPluginError, match="not an autoregressive encoder-decoder model"):
         init_from_autoregressive(model, path, task.src_dict, task.tgt_dict)

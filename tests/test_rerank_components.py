@@ -11,7 +11,7 @@ import argparse
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tinymodel import PLUGIN, encode, sample_for, setup, write_dictionaries
+from tinymodel import config, encode, sample_for, setup, write_dictionaries
 
 from cmlm_decoding import select_best
 
@@ -195,13 +195,8 @@ def test_missing_reranker_file(data_dir, tmp_path):
 
 
 def test_a_non_autoregressive_reranker_is_refused(data_dir, tmp_path):
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
     task, model, _ = setup(data_dir)
-    argv = [data_dir, "--user-dir", PLUGIN, "--task", "cmlm", "--arch", "cmlm_plugin_tiny"]
-    args = options.parse_args_and_arch(options.get_training_parser(), argv + ["--cpu"])
-    path = save(convert_namespace_to_omegaconf(args), model, tmp_path / "cmlm.pt")
+    path = save(config(data_dir), model, tmp_path / "cmlm.pt")
     message = bad(data_dir, path)
     assert "the checkpoint is --task cmlm --arch cmlm_plugin_tiny, not an autoregressive" in message
 

@@ -16,12 +16,16 @@ def write_dictionaries(folder) -> str:
     return str(folder)
 
 
-def setup(data_dir, *extra, arch="cmlm_plugin_tiny"):
+def config(data_dir, *extra, arch="cmlm_plugin_tiny"):
+    """The omegaconf config fairseq-train builds for the tiny CMLM on ``data_dir``."""
     parser = options.get_training_parser()
     argv = [data_dir, "--user-dir", PLUGIN, "--task", "cmlm", "--arch", arch]
     argv += ["-s", "src", "-t", "tgt", "--criterion", "cmlm_plugin_loss", "--cpu", *extra]
-    args = options.parse_args_and_arch(parser, argv)
-    cfg = convert_namespace_to_omegaconf(args)
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
+
+
+def setup(data_dir, *extra, arch="cmlm_plugin_tiny"):
+    cfg = config(data_dir, *extra, arch=arch)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     criterion = task.build_criterion(cfg.criterion)

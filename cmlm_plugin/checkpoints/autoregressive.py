@@ -63,7 +63,9 @@ def _embedding_rows(model_state: dict, prefix: str) -> Optional[int]:
 
 
 def _matching_dictionary(flag, who, path, side, ours: Dictionary, rows, theirs_file) -> Dictionary:
-    """The ``side`` dictionary of ``who`` (the reranker, the teacher): ours (less a trailing ``<mask>``), checked.
+    """The ``side`` dictionary of ``who`` (the reranker, the teacher): ours, checked.
+
+    Ours less a trailing ``<mask>``, where --task cmlm appended one.
 
     ``rows`` is the size of the checkpoint's embedding matrix (None if unknown);
     ``theirs_file``, its own ``dict.*.txt`` when it still exists, is compared
