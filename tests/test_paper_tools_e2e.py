@@ -195,7 +195,8 @@ def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
     script = ROOT / "examples/translation/train-multi30k-best.sh"
     for env, problem in (({}, "preprocess.log not found: run prepare-multi30k.sh first"),
                          ({"MAX_UPDATE": "3k"}, "MAX_UPDATE must be a positive integer"),
-                         ({"GLANCING": "yes"}, "GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0")):  # fmt: skip
+                         ({"GLANCING": "yes"}, "GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0"),
+                         ({"INIT": "teacher"}, "INIT must be 1 (start the student from the teacher's weights) or 0")):  # fmt: skip
         proc = invoke("bash", script, tmp_path / "nothing", tmp_path / "work", env=env)
         assert proc.returncode == 1 and problem in proc.stderr
         assert not (tmp_path / "work").exists()  # nothing trained, nothing written
