@@ -56,7 +56,7 @@ RECIPE=${RECIPE:-single}
 BEST_STUDENT_FLAGS=${BEST_STUDENT_FLAGS:-}
 case $RECIPE in
   single) ;;
-  best) [ "$QUICK" = 0 ] || die "RECIPE=best has no QUICK=1 smoke run: drop QUICK=1 (the best recipe trains two models, about 2.5 h on a 2-core CPU)" ;;
+  best) [ "$QUICK" = 0 ] || die "RECIPE=best has no QUICK=1 smoke run: drop QUICK=1 (the best recipe trains two models, about 1.5 h on a 2-core CPU)" ;;
   *) die "RECIPE must be single or best, got '$RECIPE'" ;;
 esac
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -18,8 +18,9 @@
 #      WORK_DIR/teacher/checkpoint_last.pt --activation-fn relu, the teacher's activation),
 #      plain CMLM training for the first half and glancing from update MAX_UPDATE/2 on
 #      (--second-pass-from-update), then decodes test_2016_flickr at T=10, l=5 (generate-test.txt)
-# Measured at 3000 updates (2026-12-02, 2-core CPU, teacher beam 5: 36.40): T=10, l=5 33.24
-# with INIT=1, 33.16 with INIT=1 GLANCING=0, 29.07 with INIT=0 (a second seed: 28.62), 27.99
+# Measured at 3000 updates (2026-12-02, 2-core CPU): this script end to end, T=10, l=5 33.66
+# (teacher beam 5 36.82; T=1 24.69; 35.21 reranked by the teacher, --rerank-with). By hand
+# with another teacher (beam 5 36.40): T=10, l=5 33.24 with INIT=1, 33.16 with INIT=1 GLANCING=0, 29.07 with INIT=0 (a second seed: 28.62), 27.99
 # with INIT=0 GLANCING=0, and 10.85 with glancing from the first update, where the student
 # never learnt to use the source. Without INIT, at MAX_UPDATE=6000 glancing still helps at
 # T=1 (24.94 against 24.24) but not at T=10, l=5 (32.36 against 32.91).
