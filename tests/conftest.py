@@ -24,9 +24,10 @@ THREADS = "1"
 os.environ["OMP_NUM_THREADS"] = THREADS
 
 # The longest files (minutes each) run first: under the README's parallel command
-# (pytest -n 2 --dist loadfile --no-loadscope-reorder --durations 15) one worker takes each of them at the
-# start, so that the workers end together instead of one waiting on the learning tests.
-LONGEST_FIRST = ("test_learning.py", "test_paper_tools_e2e.py")
+# (pytest -n 2 --dist loadfile --no-loadscope-reorder --durations 15) one worker takes each
+# of the first two at the start, so that the workers end together instead of one waiting
+# on the learning tests (about 280 s in each of the two learning files).
+LONGEST_FIRST = ("test_learning.py", "test_learning_objectives.py", "test_paper_tools_e2e.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -19,3 +19,18 @@ state = checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1])
 print(state["optimizer_history"][-1]["num_updates"])
 EOF
 }
+
+# resume_point CKPT MAX_UPDATE: where a training into CKPT's folder stands. Sets DONE (the
+# updates CKPT holds, 0 without the file) and STOP: empty while DONE < MAX_UPDATE, else
+# the fairseq-train flag that stops it before its first update (a minimum learning rate
+# above any reachable one) and a "decoding only" line on stdout. A recipe passes $STOP to
+# fairseq-train. Returns 1 with a one-line error when CKPT does not load.
+resume_point() {
+  DONE=$(checkpoint_updates "$1") \
+    || { echo "error: $1 does not load (see above): delete it to train from scratch" >&2; return 1; }
+  STOP=""
+  if [ "$DONE" -ge "$2" ]; then
+    echo "training: $1 already holds $DONE updates (MAX_UPDATE=$2): decoding only"
+    STOP="--stop-min-lr 1e9"
+  fi
+}

@@ -12,6 +12,7 @@
 # fairseq-generate from dropping the last test sentences (see docs/design.md, "Design choices").
 # --user-dir loads the plugin only for its weights-only allow-list: with torch >= 2.6
 # fairseq's own checkpoints do not load without it (resume, generate).
+# BEAMS (default "1 5") are the beam sizes decoded after training.
 # TRAIN_FLAGS adds or overrides training flags, e.g. validation BLEU to pick a teacher:
 #   TRAIN_FLAGS="--eval-bleu --eval-bleu-detok space --eval-bleu-remove-bpe sentencepiece
 #     --best-checkpoint-metric bleu --maximize-best-checkpoint-metric" bash ...
@@ -22,29 +23,28 @@ MAX_UPDATE=${MAX_UPDATE:-1933}
 DEVICE_FLAGS=${DEVICE_FLAGS:---cpu}
 USER_DIR=${USER_DIR:-$(cmlm-plugin-dir)}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
+BEAMS=${BEAMS:-1 5}
 [[ $MAX_UPDATE =~ ^[1-9][0-9]*$ ]] || { echo "error: MAX_UPDATE must be a positive integer, got '$MAX_UPDATE'" >&2; exit 1; }
+for beam in $BEAMS; do
+  [[ $beam =~ ^[1-9][0-9]*$ ]] || { echo "error: BEAMS must be beam sizes (positive integers, e.g. \"1 5\"), got '$BEAMS'" >&2; exit 1; }
+done
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=resume-common.sh
 . "$HERE/resume-common.sh"
 
-DONE=$(checkpoint_updates "$SAVE/checkpoint_last.pt") \
-  || { echo "error: $SAVE/checkpoint_last.pt does not load (see above): delete it to train from scratch" >&2; exit 1; }
-if [ "$DONE" -ge "$MAX_UPDATE" ]; then
-  # fairseq-train would take one more update before it checks --max-update
-  echo "training: $SAVE/checkpoint_last.pt already holds $DONE updates (MAX_UPDATE=$MAX_UPDATE): decoding only"
-else
-  fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation --arch transformer \
-    --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 \
-    --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
-    --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings \
-    --dropout 0.1 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-    --optimizer adam --adam-betas '(0.9, 0.98)' --weight-decay 0.01 --clip-norm 1.0 \
-    --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500 --warmup-init-lr 1e-7 \
-    --max-tokens 2048 --max-update "$MAX_UPDATE" --max-epoch 200 \
-    --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS $TRAIN_FLAGS
-fi
+# a finished training is only decoded again (resume_point sets STOP)
+resume_point "$SAVE/checkpoint_last.pt" "$MAX_UPDATE" || exit 1
+fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task translation --arch transformer \
+  --encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256 \
+  --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
+  --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings \
+  --dropout 0.1 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --weight-decay 0.01 --clip-norm 1.0 \
+  --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500 --warmup-init-lr 1e-7 \
+  --max-tokens 2048 --max-update "$MAX_UPDATE" --max-epoch 200 \
+  --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS $TRAIN_FLAGS $STOP
 
-for beam in 1 5; do
+for beam in $BEAMS; do
   fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task translation --path "$SAVE/checkpoint_last.pt" \
     --gen-subset test --batch-size 128 --required-batch-size-multiple 1 --beam "$beam" \
     --remove-bpe sentencepiece --scoring sacrebleu $DEVICE_FLAGS > "$SAVE/generate-test-beam$beam.txt"

@@ -62,14 +62,6 @@ else
 fi
 
 echo "3/3 student: cmlm_plugin_small on the distilled data, $MAX_UPDATE updates -> $WORK/student${START:+ (started from the teacher)}${METHOD:+ (glancing from update $HALF)}"
-DONE=$(checkpoint_updates "$WORK/student/checkpoint_last.pt") \
-  || { echo "error: $WORK/student/checkpoint_last.pt does not load (see above): delete it to train from scratch" >&2; exit 1; }
-STOP=""
-if [ "$DONE" -ge "$MAX_UPDATE" ]; then
-  echo "training: $WORK/student/checkpoint_last.pt already holds $DONE updates (MAX_UPDATE=$MAX_UPDATE): decoding only"
-  # fairseq-train would take one more update before it checks --max-update; a minimum
-  # learning rate above any reachable one makes it stop before the first
-  STOP="--stop-min-lr 1e9"
-fi
+resume_point "$WORK/student/checkpoint_last.pt" "$MAX_UPDATE" || exit 1
 TRAIN_HOURS=0 TRAIN_FLAGS="--max-update $MAX_UPDATE $START $METHOD ${STUDENT_FLAGS:-} $STOP" \
   bash "$HERE/train-multi30k-small.sh" "$DISTILLED" "$WORK/student"
