@@ -80,6 +80,30 @@ def test_self_correction_feeds_the_models_own_tokens(data_dir):
     assert loss[replaced].all()
 
 
+@pytest.mark.parametrize("share", ["1.0", "0.0"])
+def test_glancing_full_mask_starts_the_first_pass_from_the_whole_target_masked(data_dir, share):
+    task, _, _ = setup(data_dir, "--glancing-ratio", "0.5", "--glancing-full-mask", share)
+    sample, revise = noisy_sample(task)
+    real = ~torch.isin(sample["target"], torch.tensor(task.special_ids))  # B x T
+    all_masked = sample["prev_target"].eq(task.mask_idx).eq(real).all(dim=1)  # B
+    assert callable(revise)
+    if share == "1.0":
+        assert all_masked.all()  # GLAT's first pass for every sentence
+    else:
+        plain, _ = noisy_sample(setup(data_dir, "--glancing-ratio", "0.5")[0])
+        assert torch.equal(sample["prev_target"], plain["prev_target"])  # the CMLM input
+
+
+def test_glancing_full_mask_leaves_the_self_correction_rows_alone(data_dir):
+    flags = ("--glancing-ratio", "0.5", "--glancing-full-mask", "1.0", "--self-correction", "1.0")
+    task, _, _ = setup(data_dir, *flags)
+    sample, _ = noisy_sample(task)
+    plain, _ = noisy_sample(
+        setup(data_dir, "--glancing-ratio", "0.5", "--self-correction", "1.0")[0]
+    )
+    assert torch.equal(sample["prev_target"], plain["prev_target"])
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -88,6 +112,14 @@ def test_self_correction_feeds_the_models_own_tokens(data_dir):
         (("--glancing-ratio", "0.5", "--glancing-anneal-updates", "-1"), "anneal"),
         (("--glancing-ratio", "0.5", "--objective", "diffusion"), "objective cmlm"),
         (("--self-correction", "0.5", "--second-pass-from-update", "-1"), "from-update must"),
+        (("--glancing-ratio", "0.5", "--glancing-full-mask", "2"), "full-mask must"),
+        (
+            (
+                "--glancing-full-mask",
+                "0.5",
+            ),
+            "add --glancing-ratio",
+        ),
     ],
 )
 def test_bad_flags_are_refused_at_start_up(data_dir, flags, message):

@@ -8,6 +8,7 @@ from cmlm_plugin.training.noise import uniform_mask
 from cmlm_plugin.training.second_pass import (
     glancing_input,
     glancing_ratio,
+    mask_whole_rows,
     random_subset,
     self_correction_input,
 )
@@ -112,3 +113,14 @@ def test_glancing_ratio_anneals_linearly_then_holds():
     assert glancing_ratio(0.5, 0.3, 100, 0) == 0.5
     assert abs(glancing_ratio(0.5, 0.3, 100, 50) - 0.4) < 1e-12
     assert glancing_ratio(0.5, 0.3, 100, 400) == 0.3
+
+
+def test_mask_whole_rows_masks_every_real_token_of_the_chosen_rows_only():
+    target = batch([3, 5, 0])
+    prev = uniform_mask(target, MASK, SPECIAL, generator=torch.Generator().manual_seed(0))
+    new = mask_whole_rows(prev, target, torch.tensor([True, False, True]), MASK, SPECIAL)
+    real = ~torch.isin(target, torch.tensor(SPECIAL))
+    assert new[0].eq(MASK).sum() == 3 and torch.equal(new[0].eq(MASK), real[0])
+    assert torch.equal(new[1], prev[1])  # a row not chosen keeps its CMLM mask
+    assert torch.equal(new[2], prev[2])  # an empty row has nothing to mask
+    assert torch.equal(new.eq(PAD), target.eq(PAD))  # padding untouched

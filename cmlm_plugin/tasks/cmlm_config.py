@@ -60,6 +60,14 @@ class CMLMConfig(TranslationConfig):
             "from --glancing-ratio (GLAT: 0.3; default: no annealing)"
         },
     )
+    glancing_full_mask: float = field(
+        default=0.0,
+        metadata={
+            "help": "cmlm objective with --glancing-ratio: probability per sentence that "
+            "the glancing first pass starts from the whole target masked (GLAT's first "
+            "pass, the input of a one-pass decode; 1: GLAT's rule; 0: the CMLM input)"
+        },
+    )
     glancing_anneal_updates: int = field(
         default=0,
         metadata={"help": "updates over which the glancing ratio is annealed (0: constant)"},

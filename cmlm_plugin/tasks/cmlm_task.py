@@ -39,7 +39,12 @@ from ..symbols import MASK_SYMBOL, mask_index
 from ..task_tags import TaskTags, tag_language_pair, tag_raw_sources
 from ..training.ar_init import init_from_autoregressive
 from ..training.noise import diffusion_mask, empty_sources, uniform_mask
-from ..training.second_pass import glancing_input, glancing_ratio, self_correction_input
+from ..training.second_pass import (
+    glancing_input,
+    glancing_ratio,
+    mask_whole_rows,
+    self_correction_input,
+)
 from .cmlm_config import CMLMConfig
 
 logger = logging.getLogger(__name__)
@@ -52,7 +57,8 @@ def check_second_pass(cfg) -> None:
     """Start-up checks of the glancing and self-correction flags."""
     end = cfg.glancing_ratio_end
     for flag, value in (("--glancing-ratio", cfg.glancing_ratio), ("--glancing-ratio-end", end),
-                        ("--self-correction", cfg.self_correction)):  # fmt: skip
+                        ("--self-correction", cfg.self_correction),
+                        ("--glancing-full-mask", cfg.glancing_full_mask)):  # fmt: skip
         if value is not None and not 0.0 <= value <= 1.0:
             raise CMLMPluginError(f"{flag} must be in [0, 1], got {value}")
     if cfg.second_pass_from_update < 0:
@@ -62,6 +68,11 @@ def check_second_pass(cfg) -> None:
     if cfg.glancing_anneal_updates < 0:
         raise CMLMPluginError(
             f"--glancing-anneal-updates must be >= 0, got {cfg.glancing_anneal_updates}"
+        )
+    if cfg.glancing_full_mask > 0 and cfg.glancing_ratio <= 0:
+        raise CMLMPluginError(
+            "--glancing-full-mask shapes the glancing first pass: add --glancing-ratio "
+            "(GLAT: 0.5) or drop it"
         )
     used = cfg.glancing_ratio > 0 or cfg.self_correction > 0
     if used and cfg.objective != "cmlm":
@@ -294,7 +305,8 @@ class CMLMPluginTask(TranslationTask):
         """The model's ``revise`` function for glancing and self-correction, or None.
 
         A sentence is rebuilt by self-correction with probability
-        ``--self-correction``; the others get glancing when ``--glancing-ratio`` > 0.
+        ``--self-correction``; the others get glancing when ``--glancing-ratio`` > 0,
+        a share ``--glancing-full-mask`` of them from the whole target masked.
         Before ``--second-pass-from-update`` neither runs (plain CMLM training).
         All random draws come from the batch's noise ``generator``.
         """
@@ -312,6 +324,12 @@ class CMLMPluginTask(TranslationTask):
             draw = torch.rand(target.size(0), device=target.device, generator=generator)
             rows = draw < cfg.self_correction  # B, rebuilt by self-correction
             remask = uniform_mask(target, self.mask_idx, self.special_ids, generator=generator)
+        if ratio > 0 and cfg.glancing_full_mask > 0:  # drawn only when on: seeded runs unchanged
+            draw = torch.rand(target.size(0), device=target.device, generator=generator)
+            full = (draw < cfg.glancing_full_mask) & ~rows  # B, GLAT's all-masked first pass
+            sample["prev_target"] = mask_whole_rows(
+                sample["prev_target"], target, full, self.mask_idx, self.special_ids
+            )
 
         def revise(prev, predicted):
             new, loss = prev, prev.eq(self.mask_idx)  # B x T each

@@ -13,7 +13,10 @@ the revealed tokens are drawn among them, at least one position staying masked; 
 ``k = n`` this is GLAT's rule. Keeping the CMLM mask distribution (rather than GLAT's
 all-masked first pass) keeps every masking ratio in training, which Mask-Predict's
 later passes need. GLAT anneals the ratio from 0.5 to 0.3 over training
-(``glancing_ratio``).
+(``glancing_ratio``). ``--glancing-full-mask P`` gives a share P of the sentences
+GLAT's all-masked first pass (``mask_whole_rows``; P = 1 is GLAT's rule, the default
+0 the CMLM input alone): only about 1/n of the CMLM inputs are all masked, the input a
+one-pass (T=1) decode starts from.
 
 Self-correction (SMART: Ghazvininejad et al., 2020; the correction loss of CMLMC:
 Huang et al., ICLR 2022): at test time Mask-Predict's observed tokens are the model's
@@ -36,6 +39,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .noise import maskable_positions
+
 
 def random_subset(candidates: Tensor, counts: Tensor, generator=None) -> Tensor:
     """``B x T`` bool: ``counts[i]`` positions of ``candidates`` (``B x T``) drawn at random."""
@@ -45,6 +50,14 @@ def random_subset(candidates: Tensor, counts: Tensor, generator=None) -> Tensor:
     width = candidates.size(1)
     take_sorted = torch.arange(width, device=candidates.device)[None, :] < counts[:, None]
     return torch.zeros_like(candidates).scatter(1, order, take_sorted)  # B x T
+
+
+def mask_whole_rows(
+    prev: Tensor, target: Tensor, rows: Tensor, mask_idx: int, special_ids
+) -> Tensor:
+    """``prev`` (``B x T``) with every real token of ``target`` masked in ``rows`` (``(B,)`` bool)."""
+    real = maskable_positions(target, special_ids)  # B x T
+    return prev.masked_fill(rows[:, None] & real, mask_idx)
 
 
 def glancing_ratio(start: float, end: float, anneal_updates: int, update: int) -> float:
