@@ -4,6 +4,8 @@ import pytest
 import torch
 from tinymodel import sample_for, setup, write_dictionaries
 
+from cmlm_plugin.training.second_pass import glancing_input
+
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11"]
 TARGETS = ["w11 w12 w13 w14 w15", "w16 w17 w18", "w19 w20 w21 w22"]
 
@@ -89,9 +91,16 @@ def test_glancing_full_mask_starts_the_first_pass_from_the_whole_target_masked(d
     assert callable(revise)
     if share == "1.0":
         assert all_masked.all()  # GLAT's first pass for every sentence
-    else:
-        plain, _ = noisy_sample(setup(data_dir, "--glancing-ratio", "0.5")[0])
-        assert torch.equal(sample["prev_target"], plain["prev_target"])  # the CMLM input
+    else:  # the CMLM input, and no draw between it and glancing's: seeded runs keep their masks
+        expected = sample_for(task, SOURCES, TARGETS)
+        generator = task.noise_generator(expected)
+        expected = task.add_noise(expected, generator)
+        assert torch.equal(sample["prev_target"], expected["prev_target"])
+        prev, target = sample["prev_target"], sample["target"]
+        wrong = torch.full_like(target, task.mask_idx)  # every prediction wrong: reveals to draw
+        reference = glancing_input(prev, target, wrong, task.mask_idx, 0.5, generator)
+        for ours, theirs in zip(revise(prev, wrong), reference):
+            assert torch.equal(ours, theirs)
 
 
 def test_glancing_full_mask_leaves_the_self_correction_rows_alone(data_dir):
@@ -113,13 +122,7 @@ def test_glancing_full_mask_leaves_the_self_correction_rows_alone(data_dir):
         (("--glancing-ratio", "0.5", "--objective", "diffusion"), "objective cmlm"),
         (("--self-correction", "0.5", "--second-pass-from-update", "-1"), "from-update must"),
         (("--glancing-ratio", "0.5", "--glancing-full-mask", "2"), "full-mask must"),
-        (
-            (
-                "--glancing-full-mask",
-                "0.5",
-            ),
-            "add --glancing-ratio",
-        ),
+        (("--glancing-full-mask", "0.5"), "add --glancing-ratio"),
     ],
 )
 def test_bad_flags_are_refused_at_start_up(data_dir, flags, message):
