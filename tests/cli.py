@@ -62,15 +62,32 @@ def run(name: str, *args, stdout_only=False, **kwargs) -> str:
 
 
 def preprocess(raw: Path, out: Path, splits=("train", "valid", "test")) -> None:
-    prefixes = []
+    """fairseq-preprocess (joined dictionary) of ``raw/{split}.src|tgt`` into ``out``, run
+    in this process: the console command would cost seconds of imports per fixture, and
+    the recipes' tests (quickstart, distill.sh, the tagged data) still run it as users do."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess as fairseq_preprocess
+
+    argv = ["--source-lang", "src", "--target-lang", "tgt", "--destdir", out]
+    argv += ["--joined-dictionary", "--workers", "1"]
     for split in splits:
-        prefixes += [f"--{split}pref", raw / split]
-    run(
-        "fairseq-preprocess",
-        "--source-lang", "src", "--target-lang", "tgt",
-        *prefixes,
-        "--destdir", out, "--joined-dictionary", "--workers", "1",
-    )  # fmt: skip
+        argv += [f"--{split}pref", raw / split]
+    logger = logging.getLogger("fairseq_cli.preprocess")
+    kept, level = set(logger.handlers), logger.level
+    logger.setLevel(
+        logging.INFO
+    )  # out/preprocess.log as the command writes it (the recipes read it)
+    try:
+        fairseq_preprocess.main(
+            options.get_preprocessing_parser().parse_args([str(a) for a in argv])
+        )
+    finally:  # main() adds a FileHandler to out/preprocess.log on every call
+        logger.setLevel(level)
+        for handler in set(logger.handlers) - kept:
+            logger.removeHandler(handler)
+            handler.close()
 
 
 def hypotheses(output: str, tag: str = "H") -> Dict[int, str]:

@@ -321,22 +321,12 @@ def test_a_dictionary_of_another_size_is_a_one_line_error(tmp_path):
     assert "\n" not in str(error.value)
 
 
-def binarize(raw, out):
-    """fairseq-preprocess in this process (the console command would cost seconds of imports)."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    argv = ["-s", "src", "-t", "tgt", "--trainpref", raw / "train", "--testpref", raw / "test"]
-    argv += ["--destdir", out, "--joined-dictionary", "--workers", "1"]
-    preprocess.main(options.get_preprocessing_parser().parse_args([str(a) for a in argv]))
-
-
 def test_console_command_output_decodes_with_fairseq_generate(tmp_path):
-    from cli import hypotheses, run
+    from cli import hypotheses, preprocess, run
     from toydata import write_transduction
 
     write_transduction(tmp_path / "raw", {"train": 8, "test": 3}, seed=1, vocab=5)
-    binarize(tmp_path / "raw", tmp_path / "bin")
+    preprocess(tmp_path / "raw", tmp_path / "bin", splits=("train", "test"))
     with open(tmp_path / "bin" / "dict.src.txt") as f:
         words = sum(1 for _ in f)
     source = write_original(tmp_path / "original.pt", original_state(vocab=5 + words))

@@ -81,11 +81,6 @@ def test_mask_predict_variants_through_the_cli(trained):
     assert not any("<mask>" in h for h in hypos.values())
 
 
-def test_bad_threshold_stops_at_start(trained):
-    with pytest.raises(AssertionError, match="confidence-threshold"):
-        generate(trained, "--decoding", "diffusion", "--confidence-threshold", 2)
-
-
 def test_fixed_generation_length_with_eos_fill(tmp_path_factory, trained):
     root = tmp_path_factory.mktemp("eosfill")
     run(

@@ -292,3 +292,23 @@ def test_compiled_refuses_what_the_fast_path_cannot_evaluate(data_dir):
     model.decoder.layers[0].attn_ln = torch.nn.LayerNorm(model.decoder.embed_dim)
     with pytest.raises(CMLMPluginError, match="compiled cannot evaluate.*decoder-impl modules"):
         inference_path(model, "compiled", CPU)
+
+
+def test_loading_the_plugin_leaves_torch_dynamo_unimported():
+    """Commands that never compile (fairseq-generate, -interactive, the plugin's tools) do
+    not pay for importing ``torch._dynamo`` (about 2 s of every command's start)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = (
+        "import sys, argparse, fairseq.utils\n"
+        "before = 'torch._dynamo' in sys.modules\n"
+        "fairseq.utils.import_user_module(argparse.Namespace(user_dir='cmlm_plugin'))\n"
+        "import cmlm_plugin.models.compiled_decoder\n"
+        "print(before, 'torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]

@@ -6,9 +6,11 @@ to the plugin and missing from the listing fails this test.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import inspect
+import io
 import re
 
 import pytest
@@ -58,9 +60,19 @@ def text():
     return run("cmlm-flags", stdout_only=True)
 
 
+def flags_main(*argv) -> str:
+    """``cmlm-flags`` in this process (the console command itself runs once, in ``text``)."""
+    from cmlm_plugin.cli import flags
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        flags.main(list(argv))
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def markdown():
-    return run("cmlm-flags", "--markdown", stdout_only=True)
+    return flags_main("--markdown")
 
 
 def flag_line(output: str, flag: str) -> str:
@@ -143,6 +155,6 @@ def test_markdown_table_has_a_row_per_flag(markdown):
 
 
 def test_where_selects_groups():
-    out = run("cmlm-flags", "--where", "criterion", stdout_only=True)
+    out = flags_main("--where", "criterion")
     assert out.splitlines()[0].startswith("criterion cmlm_plugin_loss")
     assert "--label-smoothing" in out and "--remask-schedule" not in out

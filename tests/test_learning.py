@@ -72,17 +72,16 @@ AR_TINY = [
 
 def test_starting_from_an_ar_model_learns_the_content_far_sooner(model):
     """--init-from-ar: the CMLM starts from a 200-update autoregressive model of its sizes
-    and trains 400 updates, against the plain objective's own 400-update save point.
-    Measured 2026-12-02 (these commands in a scratch script, one thread; AR and CMLM seeds
-    1/2/3; plain runs trained to 400 updates, not save points): T=10 content exact
-    0.847/0.877/0.863 from the AR model against 0.050/0.023/0.047 plain, T=10 BLEU
-    43.94/44.41/49.18 against 6.55/3.68/7.48, T=1 BLEU 43.40/43.41/31.72 against
-    2.57/0.00/0.00. The plain objective learns the content by 800 updates (1.000); the AR
-    model's 200 updates make 600 in all here, so the test asserts the speed-up per CMLM
-    update, not a lower total cost."""
+    and trains 200 updates, 400 in all, against the plain objective's own 400-update save
+    point. Measured 2026-12-03 (these commands in a scratch script, one thread; AR and CMLM
+    seeds 1/2/3, CMLM save points every 100 updates): T=10 content exact after 200 CMLM
+    updates 0.450/0.317/0.447 from the AR model, against 0.050/0.023/0.047 for the plain
+    objective at 400 (0.000 on every seed at 200); T=10 BLEU 44.02/30.44/37.97 against
+    6.55/3.68/7.48. At 400 CMLM updates (the test's budget until then) the AR start reached
+    0.847/0.983/0.907 in content; the plain objective learns it by 800 updates."""
     run("fairseq-train", model / "bin", *AR_TINY, "--max-update", 200, "--save-dir", model / "ar")
     train(
-        model, "ckpt_init", "--disable-validation", "--max-update", 400, "--activation-fn",
+        model, "ckpt_init", "--disable-validation", "--max-update", 200, "--activation-fn",
         "relu", "--init-from-ar", model / "ar" / "checkpoint_last.pt",
     )  # fmt: skip
     (plain_400,) = (model / "ckpt").glob("checkpoint_*_400.pt")
@@ -90,7 +89,7 @@ def test_starting_from_an_ar_model_learns_the_content_far_sooner(model):
     shutil.copy(plain_400, model / "ckpt_400" / "checkpoint_last.pt")
     plain = decode(model, 10, checkpoint="ckpt_400")
     started = decode(model, 10, checkpoint="ckpt_init")
-    print(f"T=10 plain, 400 updates: {plain}\nT=10 from the AR model: {started}")
-    assert started["exact_ignoring_style"] >= 0.6
-    assert started["exact_ignoring_style"] >= plain["exact_ignoring_style"] + 0.4
+    print(f"T=10 plain, 400 updates: {plain}\nT=10 from the AR model, 200 + 200: {started}")
+    assert started["exact_ignoring_style"] >= 0.2
+    assert started["exact_ignoring_style"] >= plain["exact_ignoring_style"] + 0.15
     assert started["consistent"] >= 0.9

@@ -22,6 +22,9 @@ TINY = [
     "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
     "--cpu", "--no-epoch-checkpoints", "--seed", "2", "--log-interval", "50",
 ]  # fmt: skip
+# for the fixtures' trainings of 60-150 updates (about 25-60 epochs of the toy data): no
+# validation and no epoch checkpoints; fairseq still saves checkpoint_last.pt at --max-update
+QUIET = ["--disable-validation", "--save-interval", "1000"]
 DECODE = ["--gen-subset", "test", "--batch-size", "8", "--required-batch-size-multiple", "1"]
 DECODE += ["--cpu", "--iter-decode-with-beam", "1"]
 
@@ -35,7 +38,7 @@ def fairseq_cmlm(tiny_run):
         "--task", "translation_lev", "--noise", "random_mask", "--arch", "cmlm_transformer",
         "--encoder-learned-pos", "--decoder-learned-pos", "--activation-fn", "gelu",
         "--apply-bert-init", "--criterion", "nat_loss", "--label-smoothing", "0.1",
-        "--length-loss-factor", "0.1", "--max-update", "150", "--save-dir", save, *TINY,
+        "--length-loss-factor", "0.1", "--max-update", "150", "--save-dir", save, *TINY, *QUIET,
     )  # fmt: skip
     converted = tiny_run / "fairseq-cmlm-converted.pt"
     out = run(
@@ -98,7 +101,7 @@ def autoregressive(tiny_run):
     run(
         "fairseq-train", tiny_run / "bin", "--user-dir", "cmlm_plugin", "--task", "translation",
         "--arch", "transformer", "--criterion", "cross_entropy", "--max-update", "60",
-        "--save-dir", save, *TINY,
+        "--save-dir", save, *TINY, *QUIET,
     )  # fmt: skip
     return save / "checkpoint_last.pt"
 
@@ -182,12 +185,15 @@ def test_length_bias_and_learning_curve_benchmarks_run(tiny_run, fairseq_cmlm, t
     again = json.loads((tmp_path / "again.json").read_text())
     assert [p["sacrebleu"] for p in again] == [-1.0, points[1]["sacrebleu"]]
     assert "ours 10: -1.00 (reused)" in proc.stderr and "ours 20: " in proc.stderr
+    # the point filters, on points reused from again.json (no decoding)
+    reuse = ["--config", "T=2,l=1", "--cpu", "--reuse", tmp_path / "again.json", "--json", report]
     run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
-        "--cmlm", f"ours={runs}", "--config", "T=1", "--every", "20", "--cpu", "--json", report)  # fmt: skip
+        "--cmlm", f"ours={runs}", "--every", "20", *reuse)  # fmt: skip
     assert [p["updates"] for p in json.loads(report.read_text())] == [20]
-    run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin", "--cmlm",
-        f"ours={runs}", "--config", "T=1", "--max-updates", "19", "--cpu", "--json", report)  # fmt: skip
+    out = run(sys.executable, ROOT / "benchmarks/learning_curve.py", tiny_run / "bin",
+              "--cmlm", f"ours={runs}", "--max-updates", "19", *reuse)  # fmt: skip
     assert [p["updates"] for p in json.loads(report.read_text())] == [10]
+    assert "ours 10: -1.00 (reused)" in out
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 

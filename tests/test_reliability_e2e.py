@@ -73,14 +73,14 @@ def test_same_seed_gives_identical_checkpoints_and_outputs(data, reference):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)  # bit-identical weights
     outputs = []
-    for name in ("a", "a", "b"):  # temperature 0: the same output every time
+    for name in ("a", "a"):  # temperature 0: the same output every time (b's weights are a's)
         out = run(
             "fairseq-generate", data / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
             "--path", data / name / "checkpoint_last.pt", "--cpu", "--gen-subset", "test",
             "--iter-decode-max-iter", 4, "--iter-decode-with-beam", 3,
         )  # fmt: skip
         outputs.append(hypotheses(out))
-    assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 12
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 12
 
 
 def test_sigkill_mid_epoch_then_restart_continues_the_same_curve(data, reference):

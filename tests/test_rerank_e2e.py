@@ -43,13 +43,3 @@ def test_reranked_decoding_gives_every_sentence_an_output(tiny_run, reranker):
         assert sorted(hypos) == list(range(N_TEST))
         assert all(h.strip() and "<mask>" not in h for h in hypos.values())
         assert "BLEU" in out and "sentences/s" in out
-
-
-def test_one_candidate_warns_and_decodes_as_without(tiny_run, reranker):
-    out = run(
-        "fairseq-generate", tiny_run / "bin", "--user-dir", "cmlm_plugin", "--task", "cmlm",
-        "--path", tiny_run / "ckpt" / "checkpoint_last.pt", "--gen-subset", "test", "--cpu",
-        "--batch-size", 8, "--iter-decode-max-iter", 3, "--rerank-with", reranker,
-    )  # fmt: skip
-    assert "cmlm_plugin warning: --rerank-with has one candidate to choose from" in out
-    assert len(hypotheses(out)) == N_TEST
