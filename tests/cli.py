@@ -76,9 +76,8 @@ def preprocess(raw: Path, out: Path, splits=("train", "valid", "test")) -> None:
         argv += [f"--{split}pref", raw / split]
     logger = logging.getLogger("fairseq_cli.preprocess")
     kept, level = set(logger.handlers), logger.level
-    logger.setLevel(
-        logging.INFO
-    )  # out/preprocess.log as the command writes it (the recipes read it)
+    # INFO: out/preprocess.log as the command writes it (distill.sh reads the language pair)
+    logger.setLevel(logging.INFO)
     try:
         fairseq_preprocess.main(
             options.get_preprocessing_parser().parse_args([str(a) for a in argv])
