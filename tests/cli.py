@@ -1,12 +1,18 @@
 """Helpers to run fairseq's console commands as subprocesses and parse their output."""
 
+import atexit
+import importlib.metadata
+import json
+import locale
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from conftest import ROOT, THREADS
 
@@ -33,18 +39,98 @@ def environment(**extra) -> Dict[str, str]:
     return env
 
 
-def invoke(name: str, *args, cwd=None, stdin=None, timeout=900, env=None):
-    """Run a console command of this environment (``env`` adds variables)."""
+def invoke(name: str, *args, cwd=None, stdin=None, timeout=900, env=None, fresh=False):
+    """Run a console command of this environment (``env`` adds variables).
+
+    A Python console command runs as a child of this test process's fork server
+    (``command_server.py``: torch and the other heavy libraries already imported), unless
+    ``fresh``, ``CMLM_TEST_FORK=0``, or ``env`` changes a variable read at start-up; then,
+    and for every other program, in a fresh process.
+    """
     env = environment(**(env or {}))
+    argv = command(name) + [str(a) for a in args]
+    target = console_target(name)
+    if target and not fresh and os.environ.get("CMLM_TEST_FORK", "1") != "0":
+        server = CommandServer.shared()
+        if server.serves(env):
+            return server.run(argv, target, cwd or ROOT, stdin, env, timeout)
     return subprocess.run(
-        command(name) + [str(a) for a in args],
-        cwd=cwd or ROOT,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
+        argv, cwd=cwd or ROOT, input=stdin, capture_output=True, text=True, env=env,
         timeout=timeout,
-    )
+    )  # fmt: skip
+
+
+def console_target(name: str) -> Optional[str]:
+    """``module:function`` of the console script ``name``, or None for other programs."""
+    found = importlib.metadata.entry_points(group="console_scripts", name=name)
+    return next(iter(found)).value if found else None
+
+
+# read when an interpreter or torch starts: a child of the server keeps the server's values
+STARTUP_VARIABLES = re.compile(r"^(PYTHON|OMP_|MKL_|CUDA_|TORCH|LD_|MALLOC)")
+
+
+class CommandServer:
+    """This test process's connection to its fork server (started on first use)."""
+
+    _shared = None
+
+    @classmethod
+    def shared(cls) -> "CommandServer":
+        if cls._shared is None:
+            cls._shared = cls()
+            atexit.register(cls._shared.close)
+        return cls._shared
+
+    def __init__(self):
+        self.env = environment()
+        ours, theirs = socket.socketpair()
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="command-server-", suffix=".log")
+        self.process = subprocess.Popen(
+            [sys.executable, Path(__file__).with_name("command_server.py"), str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], env=self.env, cwd=ROOT,
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+        )  # fmt: skip
+        theirs.close()
+        self.channel = ours
+        self.replies = ours.makefile("r", encoding="utf-8")
+        self.reply()  # {"ready": true} once the preloaded libraries are imported
+
+    def serves(self, env: Dict[str, str]) -> bool:
+        """Whether a command with ``env`` starts as it would in a fresh process."""
+        names = {n for n in {*env, *self.env} if STARTUP_VARIABLES.match(n)}
+        return all(env.get(n) == self.env.get(n) for n in names)
+
+    def reply(self) -> dict:
+        line = self.replies.readline()
+        if not line:
+            self.log.seek(0)
+            raise RuntimeError(f"the command server stopped:\n{self.log.read()[-3000:]}")
+        return json.loads(line)
+
+    def run(self, argv, target, cwd, stdin, env, timeout) -> subprocess.CompletedProcess:
+        encoding = locale.getpreferredencoding(False)  # as subprocess.run(text=True)
+        with tempfile.TemporaryDirectory(prefix="command-") as folder:
+            files = {k: os.path.join(folder, k) for k in ("stdin", "stdout", "stderr")}
+            with open(files["stdin"], "w", encoding=encoding) as handle:
+                handle.write(stdin or "")
+            request = dict(files, argv=argv, entry=target, cwd=str(cwd), env=env)
+            request["timeout"] = timeout
+            self.channel.sendall((json.dumps(request) + "\n").encode("utf-8"))
+            reply = self.reply()
+            output = {}
+            for stream in ("stdout", "stderr"):
+                with open(files[stream], encoding=encoding) as handle:
+                    output[stream] = handle.read()
+        if reply["timed_out"]:
+            raise subprocess.TimeoutExpired(argv, timeout, output["stdout"], output["stderr"])
+        return subprocess.CompletedProcess(argv, reply["returncode"], **output)
+
+    def close(self) -> None:
+        self.replies.close()
+        self.channel.close()  # the server's loop ends at end of file
+        self.process.wait(timeout=60)
+        self.log.close()
 
 
 def run(name: str, *args, stdout_only=False, **kwargs) -> str:

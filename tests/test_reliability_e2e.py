@@ -59,10 +59,12 @@ def model_state(path):
 
 @pytest.fixture(scope="module")
 def reference(data):
-    """One uninterrupted run (and the same run again, for determinism)."""
+    """One uninterrupted run, and the same run again for determinism: b in a fresh
+    interpreter (its own hash seed), a as a child of the tests' fork server (cli.invoke)."""
     logs = {}
     for name in ("a", "b"):
-        logs[name] = losses(run("fairseq-train", *train_args(data, data / name)))
+        log = run("fairseq-train", *train_args(data, data / name), fresh=name == "b")
+        logs[name] = losses(log)
     return logs
 
 
