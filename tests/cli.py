@@ -114,8 +114,7 @@ class CommandServer:
             files = {k: os.path.join(folder, k) for k in ("stdin", "stdout", "stderr")}
             with open(files["stdin"], "w", encoding=encoding) as handle:
                 handle.write(stdin or "")
-            request = dict(files, argv=argv, entry=target, cwd=str(cwd), env=env)
-            request["timeout"] = timeout
+            request = dict(files, argv=argv, entry=target, cwd=str(cwd), env=env, timeout=timeout)
             self.channel.sendall((json.dumps(request) + "\n").encode("utf-8"))
             reply = self.reply()
             output = {}

@@ -1,8 +1,8 @@
 """A fork server for the console commands the tests run (``cli.invoke``).
 
 Each command a test runs used to start a fresh interpreter that imported torch, scikit-learn
-(fairseq's tasks import it) and the rest of fairseq's third-party stack: 4 to 6 s of CPU
-before the command did anything, about 150 times per suite. The server is one interpreter
+(fairseq's tasks import it) and the rest of fairseq's third-party stack: most of the 5 to 7 s
+of CPU that a command spent before doing anything. The server is one interpreter
 per test process that imports those libraries once (``PRELOAD``) and forks a child for each
 command. The child is the command as a user runs it in every other respect: its own process,
 its console entry point called with its argv, its cwd, environment, stdin, exit status and
