@@ -18,7 +18,10 @@ a Monte-Carlo estimate of an upper bound on ``-log2 p(y | x, |y|) / |y|``, which
 ``fairseq-validate`` reports (``--mc-samples K`` averages K noise draws). Train
 diffusion models with ``--label-smoothing 0`` for the bound to be the objective.
 The model returns a dict of terms (``{"word_ins": ..., "length": ...}``) and this
-criterion sums them.
+criterion sums them. A model trained with CTC (``--ctc-upsample``, ``models/ctc.py``)
+returns its ``word_ins`` term as a summed loss over ``count`` target tokens; the update is
+then normalised by the number of target tokens, and ``--label-smoothing`` does not
+apply to it.
 """
 
 import math
@@ -91,24 +94,30 @@ class CMLMPluginLoss(FairseqCriterion):
         )
         ntokens = int(sample["target"].ne(self.padding_idx).sum())
         weights = {}
-        if "mask_prob" in sample:  # diffusion objective: weight 1/p per masked token
+        if "loss" in terms["word_ins"]:  # CTC: one summed loss over the target tokens
+            sample_size = masked = terms["word_ins"]["count"]
+        elif "mask_prob" in sample:  # diffusion objective: weight 1/p per masked token
             masked_rows = sample["prev_target"].eq(self.task.mask_idx).nonzero(as_tuple=True)[0]
             weights["word_ins"] = sample["mask_prob"].reciprocal()[masked_rows]  # M
             sample_size = ntokens
+            masked = int(terms["word_ins"]["tgt"].numel())
         else:
-            sample_size = int(terms["word_ins"]["tgt"].numel())
+            sample_size = masked = int(terms["word_ins"]["tgt"].numel())
         total = 0.0
         logging_output = {}
         for name, term in terms.items():
-            loss, nll = smoothed_nll(
-                term["out"], term["tgt"], self.smoothing.get(name, 0.0), weights.get(name)
-            )
+            if "loss" in term:  # computed by the model (CTC)
+                loss = nll = term["loss"]
+            else:
+                loss, nll = smoothed_nll(
+                    term["out"], term["tgt"], self.smoothing.get(name, 0.0), weights.get(name)
+                )
             total = total + self.factors.get(name, 1.0) * loss
             logging_output[f"{name}_loss"] = loss.detach()
             logging_output[f"{name}_nll"] = nll.detach()
         logging_output.update(
             loss=total.detach(),
-            masked=int(terms["word_ins"]["tgt"].numel()),
+            masked=masked,
             ntokens=ntokens,
             nsentences=sample["target"].size(0),
             sample_size=sample_size,

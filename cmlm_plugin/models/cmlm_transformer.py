@@ -10,7 +10,9 @@ them replaced by ``<mask>``.
 
 The model owns one step (its inference paths: ``models.inference``); the loops live in
 ``cmlm_decoding``.
-``forward`` returns a dict of loss terms that the criterion sums.
+``forward`` returns a dict of loss terms that the criterion sums. With
+``--ctc-upsample R`` the decoder is trained with CTC on a canvas of R times the source
+length instead (``ctc.py``) and decodes in one pass.
 """
 
 from typing import Dict, Optional
@@ -25,6 +27,7 @@ from torch import Tensor
 from ..errors import CMLMPluginError
 from ..generation.templates import TemplateBPE
 from ..symbols import mask_index
+from .ctc import CANVASES, canvas_lengths, ctc_nll, source_canvas
 from .frames import FRAMES, LENGTH_SOURCES, LengthTokenEncoder, SourceBosEncoder, add_frame
 from .length_head import LengthHead
 
@@ -61,6 +64,13 @@ class CMLMPluginModel(TransformerModel):
     def __init__(self, args, encoder, decoder):
         super().__init__(args, encoder, decoder)
         self.mask_idx = mask_index(decoder.dictionary)
+        self.ctc_upsample = getattr(args, "ctc_upsample", 0) or 0  # 0: the CMLM objective
+        self.ctc_canvas_kind = getattr(args, "ctc_canvas", None) or "source"
+        if self.ctc_upsample < 0:
+            raise CMLMPluginError(
+                f"--ctc-upsample must be >= 0 (0: the CMLM objective; 2 or 3 for CTC), "
+                f"got {self.ctc_upsample}"
+            )
         self.length_head = LengthHead(
             args.encoder_embed_dim, args.length_classes, offset=args.length_offset
         )
@@ -95,6 +105,21 @@ class CMLMPluginModel(TransformerModel):
             metavar="C",
             help="number of target-length classes predicted from the encoder "
             "(lengths 0..C-1, or offsets -C/2..C/2-1 with --length-offset)",
+        )
+        parser.add_argument(
+            "--ctc-upsample",
+            type=int,
+            metavar="R",
+            help="train the decoder with CTC on a canvas of R x the source length "
+            "(0: the CMLM objective; 2 is enough for Multi30k's distilled targets); such "
+            "a model decodes in one pass, without the length head",
+        )
+        parser.add_argument(
+            "--ctc-canvas",
+            choices=CANVASES,
+            help="decoder input of CTC training and decoding: <mask> at every position "
+            "(mask) or each source token repeated R times (source, the default: a uniform "
+            "copy of the source as in Gu et al. 2018; needs a joined dictionary)",
         )
         parser.add_argument(
             "--length-offset",
@@ -202,6 +227,8 @@ class CMLMPluginModel(TransformerModel):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
         padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
         length_logits = self.length_logits(encoder_out)  # B x C
+        if self.ctc_upsample:
+            return self.ctc_forward(src_tokens, encoder_out, length_logits, tgt_tokens)
         loss_positions = prev_output_tokens.eq(self.mask_idx)  # B x T
         if revise is not None:
             predicted = self.first_pass(prev_output_tokens, encoder_out)  # B x T
@@ -216,6 +243,46 @@ class CMLMPluginModel(TransformerModel):
             target_lengths = (tgt_tokens.ne(pad) & tgt_tokens.ne(eos)).sum(dim=1)  # B
             source_lengths = (~padding_mask).sum(dim=1)  # B
             terms["word_ins"]["tgt"] = tgt_tokens[loss_positions]  # M
+            terms["length"]["tgt"] = self.length_head.target_classes(
+                target_lengths, source_lengths
+            )  # B
+        return terms
+
+    def ctc_canvas(self, src_tokens: Tensor, encoder_out: Dict) -> Tensor:
+        """``B x L`` decoder input of CTC, ``--ctc-upsample`` x the source length: all
+        ``<mask>``, or the source tokens repeated (``--ctc-canvas``), right-padded."""
+        padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
+        lengths = canvas_lengths((~padding_mask).sum(dim=1), self.ctc_upsample)  # B
+        longest = int(lengths.max())
+        if longest > self.decoder.max_positions():
+            raise CMLMPluginError(
+                f"a source of {longest // self.ctc_upsample} tokens needs {longest} decoder "
+                f"positions at --ctc-upsample {self.ctc_upsample}, but the model has "
+                f"{self.decoder.max_positions()}: raise --max-target-positions or filter "
+                "long sentences (--max-source-positions)"
+            )
+        pad = self.decoder.dictionary.pad()
+        if self.ctc_canvas_kind == "source":
+            return source_canvas(src_tokens, pad, self.ctc_upsample)[:, :longest]  # B x L
+        real = torch.arange(longest, device=lengths.device)[None, :] < lengths[:, None]  # B x L
+        return torch.full(real.shape, pad, device=lengths.device).masked_fill(real, self.mask_idx)
+
+    def ctc_forward(
+        self, src_tokens: Tensor, encoder_out: Dict, length_logits: Tensor, tgt_tokens=None
+    ):
+        """Loss terms of CTC training (``ctc.py``): ``word_ins`` holds the summed CTC NLL."""
+        canvas = self.ctc_canvas(src_tokens, encoder_out)  # B x L
+        features, _ = self.decoder(canvas, encoder_out=encoder_out, features_only=True)
+        lprobs = torch.log_softmax(self.decoder.output_layer(features).float(), dim=-1)  # B x L x V
+        terms = {"word_ins": {}, "length": {"out": length_logits}}
+        if tgt_tokens is not None:
+            pad, eos = self.decoder.dictionary.pad(), self.decoder.dictionary.eos()
+            real = tgt_tokens.ne(pad) & tgt_tokens.ne(eos)  # B x T
+            target_lengths = real.sum(dim=1)  # B
+            source_lengths = (~encoder_out["encoder_padding_mask"][0]).sum(dim=1)  # B
+            nll = ctc_nll(lprobs, canvas.ne(pad).sum(dim=1), tgt_tokens, target_lengths,
+                          self.mask_idx)  # fmt: skip
+            terms["word_ins"] = {"loss": nll, "count": int(target_lengths.sum())}
             terms["length"]["tgt"] = self.length_head.target_classes(
                 target_lengths, source_lengths
             )  # B
@@ -245,6 +312,8 @@ def _cmlm_defaults(args):
     args.no_bert_init = getattr(args, "no_bert_init", False)
     args.decoder_frame = getattr(args, "decoder_frame", None) or "none"
     args.length_source = getattr(args, "length_source", None) or "mean-pool"
+    args.ctc_upsample = getattr(args, "ctc_upsample", None) or 0
+    args.ctc_canvas = getattr(args, "ctc_canvas", None) or "source"
     base_architecture(args)
 
 

@@ -32,6 +32,7 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.translation import TranslationTask
 
 from ..errors import CMLMPluginError
+from ..generation.ctc_generator import build_ctc_generator, uses_ctc
 from ..generation.generator import build_generator
 from ..generation.templates import TemplateBPE, unmasked_templates
 from ..models.cmlm_transformer import CMLMPluginModel
@@ -79,6 +80,25 @@ def check_second_pass(cfg) -> None:
         raise CMLMPluginError(
             "--glancing-ratio and --self-correction train the cmlm objective: drop them "
             "or use --objective cmlm"
+        )
+
+
+def check_ctc(cfg, model, src_dict, tgt_dict, from_checkpoint: bool) -> None:
+    """A CTC model (``--ctc-upsample``): a source canvas reads source ids as target ids,
+    and training takes no CMLM noise options on top."""
+    if model.ctc_canvas_kind == "source" and src_dict != tgt_dict:
+        raise CMLMPluginError(
+            f"--ctc-canvas source feeds source tokens to the decoder, but {cfg.data} has "
+            "different source and target dictionaries: binarize with fairseq-preprocess "
+            "--joined-dictionary, or use --ctc-canvas mask"
+        )
+    if from_checkpoint:
+        return
+    if cfg.objective != "cmlm" or cfg.glancing_ratio > 0 or cfg.self_correction > 0:
+        raise CMLMPluginError(
+            "--ctc-upsample trains the decoder with CTC on its own canvas: drop "
+            "--objective diffusion, --glancing-ratio and --self-correction (or drop "
+            "--ctc-upsample)"
         )
 
 
@@ -138,6 +158,8 @@ class CMLMPluginTask(TranslationTask):
                 "--joined-dictionary"
             )
         model = super().build_model(cfg, from_checkpoint)
+        if model.ctc_upsample:
+            check_ctc(self.cfg, model, self.src_dict, self.tgt_dict, from_checkpoint)
         if self.cfg.init_from_ar and not from_checkpoint:  # a new model, not a loaded one
             languages = (self.cfg.source_lang, self.cfg.target_lang)
             report = init_from_autoregressive(
@@ -403,6 +425,11 @@ class CMLMPluginTask(TranslationTask):
         )
 
     def build_generator(self, models, args, **unused):
+        """Mask-Predict or diffusion (``--decoding``); a CTC model's one-pass decoder."""
+        if uses_ctc(models):
+            return build_ctc_generator(
+                self.target_dictionary, self.source_dictionary, models, args, self.cfg
+            )
         return build_generator(
             self.target_dictionary, self.source_dictionary, models, args, self.cfg
         )

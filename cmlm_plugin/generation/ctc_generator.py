@@ -1,0 +1,114 @@
+"""One-pass decoding of a model trained with CTC (``--ctc-upsample``, ``models/ctc.py``).
+
+The decoder reads the model's canvas of ``R x`` the source length once; each
+position takes its most probable symbol (pad, BOS and EOS banned; the ``<mask>`` class
+is CTC's blank), repeats are merged and blanks dropped (Graves et al., 2006, best-path
+decoding). A hypothesis's score is the mean log-probability of its canvas path, and
+its positional scores are the log-probabilities of the output symbols. There are no
+length candidates and no later passes: ``--iter-decode-max-iter`` must be 1 and
+``--iter-decode-with-beam`` 1.
+"""
+
+import torch
+
+from cmlm_decoding import DecodeResult
+
+from ..errors import CMLMPluginError
+from ..models.ctc import collapse
+from ..models.inference import inference_path
+from .generator import LengthBeamGenerator
+from .hypotheses import hypotheses
+
+
+class CTCGenerator(LengthBeamGenerator):
+    """Best-path CTC decoding of a ``--ctc-upsample`` model, one decoder pass."""
+
+    def __init__(self, tgt_dict, max_iter: int, beam_size: int, decoder_impl="fast"):
+        if max_iter != 1 or beam_size != 1:
+            raise CMLMPluginError(
+                "this model was trained with CTC (--ctc-upsample): it decodes in one pass "
+                "over its own canvas, without length candidates; use --iter-decode-max-iter 1 "
+                f"--iter-decode-with-beam 1 (got {max_iter} and {beam_size})"
+            )
+        super().__init__(tgt_dict, 1, False, decoder_impl)
+        self.max_iter = 1
+        self.banned = sorted({self.pad, tgt_dict.bos(), self.eos})  # the mask is the blank
+
+    @torch.no_grad()
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
+        if prefix_tokens is not None or constraints is not None:
+            raise CMLMPluginError(
+                "a CTC model (--ctc-upsample) decodes without --prefix-size or "
+                "--constraints templates"
+            )
+        self.check_models(models)
+        model = models[0]
+        if model.training:
+            model.eval()
+        net_input = sample["net_input"]
+        src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]  # B x S, B
+        device = src_tokens.device
+        path = inference_path(model, self.decoder_impl, device)
+        encoder_out = path.encode(src_tokens, src_lengths)
+        canvas = model.ctc_canvas(src_tokens, encoder_out)  # B x L
+        lengths = canvas.ne(self.pad).sum(dim=1)  # B
+        order = torch.arange(canvas.size(0), device=device)  # B, one candidate each
+        logits = path.logits(path.start(encoder_out, order), canvas, None).float()  # B x L x V
+        lprobs = torch.log_softmax(logits, dim=-1)  # B x L x V
+        lprobs[..., self.banned] = float("-inf")
+        best, symbols = lprobs.max(dim=-1)  # B x L each
+        real = canvas.ne(self.pad)  # B x L
+        scores = best.masked_fill(~real, 0.0).sum(dim=1) / lengths.clamp(min=1)  # B
+        kept, order = collapse(symbols, lengths, self.mask, self.pad)
+        output = symbols.masked_fill(~kept, self.pad).gather(1, order)  # B x L, left-aligned
+        positional = best.masked_fill(~kept, 0.0).gather(1, order)  # B x L
+        width = max(int(kept.sum(dim=1).max()), 1) if kept.numel() else 1
+        result = DecodeResult(
+            tokens=output[:, :width],
+            token_logprobs=positional[:, :width],
+            scores=scores,
+            steps=torch.ones_like(lengths),
+            history=[],
+        )
+        source_pad, source_eos = self.source_symbols
+        no_source = (src_tokens.ne(source_pad) & src_tokens.ne(source_eos)).sum(dim=1).eq(0)  # B
+        best_rows = torch.arange(canvas.size(0), device=device)
+        return hypotheses(result, best_rows, no_source, self.pad, self.eos, False)
+
+
+def uses_ctc(models) -> bool:
+    """Whether the (one) model to decode was trained with CTC."""
+    return bool(models) and bool(getattr(models[0], "ctc_upsample", 0))
+
+
+def build_ctc_generator(tgt_dict, src_dict, models, args, task_cfg) -> CTCGenerator:
+    """The generator of a CTC model, its flags checked before the first batch."""
+    check_ctc_options(task_cfg)
+    generator = CTCGenerator(
+        tgt_dict,
+        getattr(args, "iter_decode_max_iter", 10),
+        getattr(args, "iter_decode_with_beam", 1),
+        decoder_impl=getattr(task_cfg, "decoder_impl", "fast"),
+    )
+    generator.source_symbols = (src_dict.pad(), src_dict.eos())
+    generator.check_models(models)
+    return generator
+
+
+def check_ctc_options(task_cfg) -> None:
+    """Refuse the task's decoding options that a one-pass CTC decode has no use for."""
+    unused = [
+        flag
+        for flag, value in (
+            ("--decoding diffusion", task_cfg.decoding == "diffusion"),
+            ("--rerank-with", getattr(task_cfg, "rerank_with", None)),
+            ("--length-shift", getattr(task_cfg, "length_shift", 0)),
+            ("--length-prior-weight", getattr(task_cfg, "length_prior_weight", 0.0)),
+        )
+        if value
+    ]
+    if unused:
+        raise CMLMPluginError(
+            f"this model was trained with CTC (--ctc-upsample) and decodes in one pass "
+            f"without length candidates: drop {', '.join(unused)}"
+        )
