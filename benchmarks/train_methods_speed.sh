@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Training throughput of the training methods, side by side: cmlm_plugin_small with the
 # plain CMLM objective, with glancing (--glancing-ratio 0.5), with self-correction
-# (--self-correction 0.5) and with both, on the same data and batches (--batch-size fixes
-# the sentences per update). Runs alternate (plain, glancing, self-correction, both,
-# plain, ...; ROUNDS rounds of UPDATES updates) so that a load that drifts over time hits
+# (--self-correction 0.5), with both, and with CTC on a canvas of twice the source
+# (--ctc-upsample 2), on the same data and batches (--batch-size fixes the sentences per
+# update). Runs alternate (plain, glancing, self-correction, both, ctc, plain, ...; ROUNDS
+# rounds of UPDATES updates) so that a load that drifts over time hits
 # every system alike; the script prints each run's training time ("done training in")
 # and the throughput of each method relative to plain (same sentences per update, so the
 # ratio of times is the ratio of target words per second).
 #
 #   bash benchmarks/train_methods_speed.sh DATA_BIN [OUT_DIR]
 #
-# ROUNDS (default 2), UPDATES (default 40), BATCH (default 64), DEVICE_FLAGS (--cpu).
+# ROUNDS (default 2), UPDATES (default 40), BATCH (default 64), DEVICE_FLAGS (--cpu),
+# SYSTEMS (default "plain glancing self-correction both ctc"; plain is always measured).
 set -euo pipefail
 DATA=${1:?usage: train_methods_speed.sh DATA_BIN [OUT_DIR]}
 OUT=${2:-benchmarks/results/train_methods_speed}
@@ -30,8 +32,13 @@ declare -A FLAGS=(
   [glancing]="--glancing-ratio 0.5"
   [self-correction]="--self-correction 0.5"
   [both]="--glancing-ratio 0.5 --self-correction 0.5"
+  [ctc]="--ctc-upsample 2"
 )
-SYSTEMS=(plain glancing self-correction both)
+read -r -a SYSTEMS <<< "${SYSTEMS:-plain glancing self-correction both ctc}"
+for system in "${SYSTEMS[@]}"; do
+  [ -n "${FLAGS[$system]+set}" ] || { echo "error: SYSTEMS names '$system'; use some of: ${!FLAGS[*]}" >&2; exit 1; }
+done
+[[ " ${SYSTEMS[*]} " == *" plain "* ]] || SYSTEMS=(plain "${SYSTEMS[@]}")
 for round in $(seq "$ROUNDS"); do
   for system in "${SYSTEMS[@]}"; do
     # shellcheck disable=SC2086  # the method's flags are split on purpose

@@ -38,7 +38,7 @@ def test_the_source_canvas_repeats_each_source_token(ctc):
     task, model, _ = ctc
     sample = left_padded(task, sample_for(task, SOURCES, TARGETS))
     src = sample["net_input"]["src_tokens"]
-    canvas = model.ctc_canvas(src, model.encoder(src, src_lengths=None))
+    canvas = model.ctc_canvas(src)
     d = task.tgt_dict
     for row, source in zip(canvas.tolist(), SOURCES):
         ids = [d.index(w) for w in source.split()] + [d.eos()]
@@ -51,7 +51,7 @@ def test_the_mask_canvas_holds_masks_for_twice_the_source(data_dir):
     task, model, _ = setup(data_dir, "--ctc-upsample", "2", "--ctc-canvas", "mask")
     sample = left_padded(task, sample_for(task, SOURCES, TARGETS))
     src = sample["net_input"]["src_tokens"]
-    canvas = model.ctc_canvas(src, model.encoder(src, src_lengths=None))
+    canvas = model.ctc_canvas(src)
     lengths = [2 * (len(s.split()) + 1) for s in SOURCES]
     assert canvas.eq(task.mask_idx).sum(dim=1).tolist() == lengths
     assert canvas.size(1) == max(lengths)
@@ -66,7 +66,7 @@ def test_the_loss_is_ctc_on_the_models_own_distributions(ctc):
 
     src = sample["net_input"]["src_tokens"]
     encoder_out = model.encoder(src, src_lengths=None)
-    canvas = model.ctc_canvas(src, encoder_out)
+    canvas = model.ctc_canvas(src)
     lprobs = torch.log_softmax(model.decoder_logits(canvas, encoder_out).float(), dim=-1)
     target = sample["target"]
     lengths = target.ne(d.pad()).sum(dim=1)
@@ -101,7 +101,7 @@ def test_decoding_is_the_best_path_of_one_pass_and_fast_agrees(ctc):
     d = task.tgt_dict
     src = sample["net_input"]["src_tokens"]
     encoder_out = model.encoder(src, src_lengths=None)
-    canvas = model.ctc_canvas(src, encoder_out)
+    canvas = model.ctc_canvas(src)
     logits = model.decoder_logits(canvas, encoder_out).float()  # B x L x V
     logits[..., [d.pad(), d.bos(), d.eos()]] = float("-inf")
     symbols = logits.argmax(dim=-1)  # B x L

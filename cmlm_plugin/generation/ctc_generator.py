@@ -50,7 +50,7 @@ class CTCGenerator(LengthBeamGenerator):
         device = src_tokens.device
         path = inference_path(model, self.decoder_impl, device)
         encoder_out = path.encode(src_tokens, src_lengths)
-        canvas = model.ctc_canvas(src_tokens, encoder_out)  # B x L
+        canvas = model.ctc_canvas(src_tokens)  # B x L
         lengths = canvas.ne(self.pad).sum(dim=1)  # B
         order = torch.arange(canvas.size(0), device=device)  # B, one candidate each
         logits = path.logits(path.start(encoder_out, order), canvas, None).float()  # B x L x V

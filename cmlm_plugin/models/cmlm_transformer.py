@@ -248,11 +248,12 @@ class CMLMPluginModel(TransformerModel):
             )  # B
         return terms
 
-    def ctc_canvas(self, src_tokens: Tensor, encoder_out: Dict) -> Tensor:
-        """``B x L`` decoder input of CTC, ``--ctc-upsample`` x the source length: all
-        ``<mask>``, or the source tokens repeated (``--ctc-canvas``), right-padded."""
-        padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
-        lengths = canvas_lengths((~padding_mask).sum(dim=1), self.ctc_upsample)  # B
+    def ctc_canvas(self, src_tokens: Tensor) -> Tensor:
+        """``B x L`` decoder input of CTC, ``--ctc-upsample`` x the length of each source
+        (``B x S``, EOS included): all ``<mask>``, or the source tokens repeated
+        (``--ctc-canvas``), right-padded."""
+        pad = self.decoder.dictionary.pad()
+        lengths = canvas_lengths(src_tokens.ne(pad).sum(dim=1), self.ctc_upsample)  # B
         longest = int(lengths.max())
         if longest > self.decoder.max_positions():
             raise CMLMPluginError(
@@ -261,7 +262,6 @@ class CMLMPluginModel(TransformerModel):
                 f"{self.decoder.max_positions()}: raise --max-target-positions or filter "
                 "long sentences (--max-source-positions)"
             )
-        pad = self.decoder.dictionary.pad()
         if self.ctc_canvas_kind == "source":
             return source_canvas(src_tokens, pad, self.ctc_upsample)[:, :longest]  # B x L
         real = torch.arange(longest, device=lengths.device)[None, :] < lengths[:, None]  # B x L
@@ -271,7 +271,7 @@ class CMLMPluginModel(TransformerModel):
         self, src_tokens: Tensor, encoder_out: Dict, length_logits: Tensor, tgt_tokens=None
     ):
         """Loss terms of CTC training (``ctc.py``): ``word_ins`` holds the summed CTC NLL."""
-        canvas = self.ctc_canvas(src_tokens, encoder_out)  # B x L
+        canvas = self.ctc_canvas(src_tokens)  # B x L
         features, _ = self.decoder(canvas, encoder_out=encoder_out, features_only=True)
         lprobs = torch.log_softmax(self.decoder.output_layer(features).float(), dim=-1)  # B x L x V
         terms = {"word_ins": {}, "length": {"out": length_logits}}
