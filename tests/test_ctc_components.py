@@ -87,9 +87,13 @@ def test_label_smoothing_leaves_the_ctc_term_alone_and_gradients_reach_both_halv
         assert model.get_parameter(name).grad.abs().sum() > 0
 
 
-def generate(task, model, impl="modules", **flags):
-    args = argparse.Namespace(iter_decode_max_iter=1, iter_decode_with_beam=1, **flags)
-    generator = task.build_generator([model], args)
+def generate(task, model, impl="modules", blank_penalty=0.0):
+    args = argparse.Namespace(iter_decode_max_iter=1, iter_decode_with_beam=1)
+    task.cfg.ctc_blank_penalty = blank_penalty  # --ctc-blank-penalty, a task flag
+    try:
+        generator = task.build_generator([model], args)
+    finally:
+        task.cfg.ctc_blank_penalty = 0.0
     generator.decoder_impl = impl
     sample = left_padded(task, sample_for(task, SOURCES, TARGETS))
     return task.inference_step(generator, [model], sample), sample
@@ -116,6 +120,34 @@ def test_decoding_is_the_best_path_of_one_pass_and_fast_agrees(ctc):
     for (a,), (b,) in zip(fast, hypos):
         assert a["tokens"].tolist() == b["tokens"].tolist()
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"])
+
+
+def test_a_blank_penalty_turns_blanks_into_symbols(ctc):
+    """A penalty larger than any log-probability gap leaves no blank on the best path:
+    the output is then the canvas's runs of the best non-blank symbols."""
+    task, model, _ = ctc
+    plain, sample = generate(task, model)
+    d = task.tgt_dict
+    src = sample["net_input"]["src_tokens"]
+    encoder_out = model.encoder(src, src_lengths=None)
+    canvas = model.ctc_canvas(src)
+    logits = model.decoder_logits(canvas, encoder_out).float()  # B x L x V
+    logits[..., [d.pad(), d.bos(), d.eos(), task.mask_idx]] = float("-inf")
+    symbols = logits.argmax(dim=-1)  # B x L
+    lengths = canvas.ne(d.pad()).sum(dim=1)
+    kept, _ = collapse(symbols, lengths, task.mask_idx, d.pad())
+    penalised, _ = generate(task, model, blank_penalty=1e4)
+    for (hypo,), row, keep in zip(penalised, symbols, kept):
+        assert hypo["tokens"].tolist()[:-1] == row[keep].tolist()
+    unchanged, _ = generate(task, model, blank_penalty=0.0)
+    assert [h[0]["tokens"].tolist() for h in unchanged] == [h[0]["tokens"].tolist() for h in plain]
+
+
+def test_a_cmlm_refuses_the_blank_penalty(data_dir):
+    task, model, _ = setup(data_dir, "--ctc-blank-penalty", "1.0")
+    args = argparse.Namespace(iter_decode_max_iter=1, iter_decode_with_beam=1)
+    with pytest.raises(ValueError, match="--ctc-blank-penalty applies to models trained"):
+        task.build_generator([model], args)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,13 @@
 """One-pass decoding of a model trained with CTC (``--ctc-upsample``, ``models/ctc.py``).
 
-The decoder reads the model's canvas of ``R x`` the source length once; each
-position takes its most probable symbol (pad, BOS and EOS banned; the ``<mask>`` class
-is CTC's blank), repeats are merged and blanks dropped (Graves et al., 2006, best-path
-decoding). A hypothesis's score is the mean log-probability of its canvas path, and
-its positional scores are the log-probabilities of the output symbols. There are no
-length candidates and no later passes: ``--iter-decode-max-iter`` must be 1 and
-``--iter-decode-with-beam`` 1.
+The decoder reads the model's canvas of ``R x`` the source length once; each position
+takes its most probable symbol (pad, BOS and EOS banned; the ``<mask>`` class is CTC's
+blank), repeats are merged and blanks dropped (Graves et al., 2006, best-path decoding).
+``--ctc-blank-penalty P`` first lowers the blank's log-probability by P, a length
+control of this plugin, not of the papers. A hypothesis's score is the mean
+log-probability of its canvas path (the penalty included), its positional scores the
+log-probabilities of the output symbols. There are no length candidates and no later
+passes: ``--iter-decode-max-iter`` must be 1 and ``--iter-decode-with-beam`` 1.
 """
 
 import torch
@@ -23,7 +24,9 @@ from .hypotheses import hypotheses
 class CTCGenerator(LengthBeamGenerator):
     """Best-path CTC decoding of a ``--ctc-upsample`` model, one decoder pass."""
 
-    def __init__(self, tgt_dict, max_iter: int, beam_size: int, decoder_impl="fast"):
+    def __init__(
+        self, tgt_dict, max_iter: int, beam_size: int, decoder_impl="fast", blank_penalty=0.0
+    ):
         if max_iter != 1 or beam_size != 1:
             raise CMLMPluginError(
                 "this model was trained with CTC (--ctc-upsample): it decodes in one pass "
@@ -33,6 +36,7 @@ class CTCGenerator(LengthBeamGenerator):
         super().__init__(tgt_dict, 1, False, decoder_impl)
         self.max_iter = 1
         self.banned = sorted({self.pad, tgt_dict.bos(), self.eos})  # the mask is the blank
+        self.blank_penalty = blank_penalty  # --ctc-blank-penalty
 
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
@@ -56,6 +60,8 @@ class CTCGenerator(LengthBeamGenerator):
         logits = path.logits(path.start(encoder_out, order), canvas, None).float()  # B x L x V
         lprobs = torch.log_softmax(logits, dim=-1)  # B x L x V
         lprobs[..., self.banned] = float("-inf")
+        if self.blank_penalty:  # the blank made less likely: longer outputs
+            lprobs[..., self.mask] -= self.blank_penalty
         best, symbols = lprobs.max(dim=-1)  # B x L each
         real = canvas.ne(self.pad)  # B x L
         scores = best.masked_fill(~real, 0.0).sum(dim=1) / lengths.clamp(min=1)  # B
@@ -89,6 +95,7 @@ def build_ctc_generator(tgt_dict, src_dict, models, args, task_cfg) -> CTCGenera
         getattr(args, "iter_decode_max_iter", 10),
         getattr(args, "iter_decode_with_beam", 1),
         decoder_impl=getattr(task_cfg, "decoder_impl", "fast"),
+        blank_penalty=getattr(task_cfg, "ctc_blank_penalty", 0.0),
     )
     generator.source_symbols = (src_dict.pad(), src_dict.eos())
     generator.check_models(models)

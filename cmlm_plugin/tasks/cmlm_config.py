@@ -178,6 +178,15 @@ class CMLMConfig(TranslationConfig):
             "short, as distilled students' become; fit K on the validation set"
         },
     )
+    ctc_blank_penalty: float = field(
+        default=0.0,
+        metadata={
+            "help": "CTC models (--ctc-upsample): subtract P from the blank's "
+            "log-probability at every canvas position before the best path is taken "
+            "(P > 0: longer outputs; 0: plain best path). Not in the CTC papers' greedy "
+            "decoding: for outputs that come out short; fit P on the validation set"
+        },
+    )
     rerank_with: Optional[str] = field(
         default=None,
         metadata={
