@@ -29,6 +29,7 @@ def configs(draw):
                                prune_after=draw(maybe(counts)),
                                stop_unchanged=draw(st.booleans()), length_prior=prior,
                                length_shift=shift,
+                               blank_penalty=draw(st.just(0.0) | st.floats(0, 100)),
                                adaptive_passes=draw(maybe(st.integers(0, 20))),
                                regions=draw(counts))  # fmt: skip
     threshold = draw(maybe(st.floats(0, 1, exclude_min=True)))
@@ -72,6 +73,9 @@ def test_mask_predict_flags():
     assert str(dc.parse("T=10,l=5,shift=+1")) == "T=10,l=5,shift=1"
     assert not dc.parse("T=10,l=5,shift=1").fairseq_comparable
     assert dc.parse("T=10,shift=0") == dc.parse("T=10")  # no shift: the paper's candidates
+    assert flags("T=1,l=1,blank=1.5")[4:] == ["--ctc-blank-penalty", "1.5"]
+    assert dc.parse("T=1,blank=0") == dc.parse("T=1")  # no penalty: the plain best path
+    assert not dc.parse("T=1,blank=1").fairseq_comparable
     assert flags("T=10,ap=0,regions=3")[4:] == ["--adaptive-passes", "0", "--remask-regions", "3"]
     assert dc.parse("T=10,regions=1") == dc.parse("T=10")  # one region is the global rule
     assert not dc.parse("T=10,ap=1").plain
@@ -132,6 +136,8 @@ def test_canonical_form_and_defaults():
         ("T=1,lp=inf", "lp=inf needs a number >= 0"),
         ("T=1,lp=x", "lp=x needs a number >= 0"),
         ("T=1,shift=1.5", "shift=1.5 needs a whole number (may be negative)"),
+        ("T=1,blank=-1", "blank=-1 needs a number >= 0"),
+        ("S=2,blank=1", "key 'blank' applies only to T= (Mask-Predict)"),
         ("T=1,shift=", "shift= needs a whole number"),
         ("T=1,ap=-1", "ap=-1 needs a whole number >= 0"),
         ("T=1,regions=0", "regions=0 needs a whole number >= 1"),
@@ -146,7 +152,7 @@ def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
     assert problem in message
     assert (
         "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, shift=K, "
-        "impl=fast|int8|compiled|modules" in message
+        "blank=P, impl=fast|int8|compiled|modules" in message
     )
 
 

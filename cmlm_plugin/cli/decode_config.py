@@ -11,11 +11,12 @@ Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (
 diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
 ``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast), ``lp=W`` (``--length-prior-weight``,
 W >= 0, default 0) and ``shift=K`` (``--length-shift``, a whole number, may be negative, default
-0) apply to both; ``prune=K``
+0) apply to both; ``blank=P`` (``--ctc-blank-penalty P``, P >= 0, for CTC models, whose
+configuration is ``T=1,l=1``), ``prune=K``
 (``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``), ``ap=C``
 (``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
 <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune, stop,
-ap, regions, lp, shift, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
+ap, regions, lp, shift, blank, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
 raises a one-line ``CMLMPluginError`` naming the bad key and the allowed ones.
 """
 
@@ -40,9 +41,10 @@ KEYS = (
     "regions",
     "lp",
     "shift",
+    "blank",
     "impl",
 )  # the canonical order
-MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions")
+MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions", "blank")
 DIFFUSION_ONLY = ("b", "c")
 _COUNT = re.compile(r"\d+")
 _SIGNED = re.compile(r"[+-]?\d+")
@@ -64,6 +66,7 @@ class DecodeConfig:
     regions: int = 1  # regions (Mask-Predict): --remask-regions
     length_prior: float = 0.0  # lp: --length-prior-weight
     length_shift: int = 0  # shift: --length-shift
+    blank_penalty: float = 0.0  # blank: --ctc-blank-penalty (CTC models)
     impl: str = "fast"
 
     @property
@@ -84,6 +87,7 @@ class DecodeConfig:
             and not self.stop_unchanged
             and not self.length_prior
             and not self.length_shift
+            and not self.blank_penalty
             and self.adaptive_passes is None
             and self.regions == 1
         )
@@ -111,6 +115,8 @@ class DecodeConfig:
             out.append(f"lp={self.length_prior!r}")
         if self.length_shift:
             out.append(f"shift={self.length_shift}")
+        if self.blank_penalty:
+            out.append(f"blank={self.blank_penalty!r}")
         if self.impl != "fast":
             out.append(f"impl={self.impl}")
         return out
@@ -146,6 +152,8 @@ class DecodeConfig:
             out += ["--length-prior-weight", repr(self.length_prior)]
         if self.length_shift:
             out += ["--length-shift", str(self.length_shift)]
+        if self.blank_penalty:
+            out += ["--ctc-blank-penalty", repr(self.blank_penalty)]
         if self.impl != "fast":
             out += ["--decoder-impl", self.impl]
         return out
@@ -155,7 +163,7 @@ class DecodeConfig:
         if not self.fairseq_comparable:
             raise CMLMPluginError(
                 f"decoding config {self}: fairseq's generator runs only T= and l= "
-                "(no S, prune, stop, ap, regions, lp or shift)"
+                "(no S, prune, stop, ap, regions, lp, shift or blank)"
             )
         return [
             "--iter-decode-max-iter",
@@ -168,7 +176,8 @@ class DecodeConfig:
 def _error(text: str, problem: str) -> CMLMPluginError:
     return CMLMPluginError(
         f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
-        f"prune=N, stop, ap=C, regions=K, lp=W, shift=K, impl={'|'.join(IMPLS)}; e.g. T=10,l=5 or S=10,b=4)"
+        f"prune=N, stop, ap=C, regions=K, lp=W, shift=K, blank=P, impl={'|'.join(IMPLS)}; "
+        "e.g. T=10,l=5 or S=10,b=4)"
     )
 
 
@@ -176,6 +185,16 @@ def _count(text: str, key: str, value: str) -> int:
     if not _COUNT.fullmatch(value) or int(value) < 1:
         raise _error(text, f"{key}={value} needs a whole number >= 1")
     return int(value)
+
+
+def _non_negative(text: str, key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 <= number < math.inf:
+        raise _error(text, f"{key}={value} needs a number >= 0")
+    return number
 
 
 def parse(text: str) -> DecodeConfig:
@@ -219,14 +238,9 @@ def parse(text: str) -> DecodeConfig:
         if not 0 < threshold <= 1:
             raise _error(text, f"c={values['c']} needs a number in (0, 1]")
         config["threshold"] = threshold
-    if "lp" in values:
-        try:
-            weight = float(values["lp"])
-        except ValueError:
-            weight = math.nan
-        if not 0 <= weight < math.inf:
-            raise _error(text, f"lp={values['lp']} needs a number >= 0")
-        config["length_prior"] = weight
+    for key, name in (("lp", "length_prior"), ("blank", "blank_penalty")):
+        if key in values:
+            config[name] = _non_negative(text, key, values[key])
     if "shift" in values:
         if not _SIGNED.fullmatch(values["shift"]):
             raise _error(text, f"shift={values['shift']} needs a whole number (may be negative)")
