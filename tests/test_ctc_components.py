@@ -99,17 +99,25 @@ def generate(task, model, impl="modules", blank_penalty=0.0):
     return task.inference_step(generator, [model], sample), sample
 
 
-def test_decoding_is_the_best_path_of_one_pass_and_fast_agrees(ctc):
-    task, model, _ = ctc
-    hypos, sample = generate(task, model)
-    d = task.tgt_dict
+def best_path(task, model, sample, banned):
+    """The symbols of one modules pass over the canvas (``banned`` excluded) and the
+    positions CTC's collapse keeps, ``B x L`` each."""
     src = sample["net_input"]["src_tokens"]
     encoder_out = model.encoder(src, src_lengths=None)
     canvas = model.ctc_canvas(src)
     logits = model.decoder_logits(canvas, encoder_out).float()  # B x L x V
-    logits[..., [d.pad(), d.bos(), d.eos()]] = float("-inf")
+    logits[..., banned] = float("-inf")
     symbols = logits.argmax(dim=-1)  # B x L
-    kept, order = collapse(symbols, canvas.ne(d.pad()).sum(dim=1), task.mask_idx, d.pad())
+    pad = task.tgt_dict.pad()
+    kept, _ = collapse(symbols, canvas.ne(pad).sum(dim=1), task.mask_idx, pad)
+    return symbols, kept
+
+
+def test_decoding_is_the_best_path_of_one_pass_and_fast_agrees(ctc):
+    task, model, _ = ctc
+    hypos, sample = generate(task, model)
+    d = task.tgt_dict
+    symbols, kept = best_path(task, model, sample, [d.pad(), d.bos(), d.eos()])
     assert sum(int(k.sum()) for k in kept) > 0  # the check below compares non-empty outputs
     for (hypo,), row, keep in zip(hypos, symbols, kept):
         tokens = hypo["tokens"].tolist()
@@ -128,14 +136,7 @@ def test_a_blank_penalty_turns_blanks_into_symbols(ctc):
     task, model, _ = ctc
     plain, sample = generate(task, model)
     d = task.tgt_dict
-    src = sample["net_input"]["src_tokens"]
-    encoder_out = model.encoder(src, src_lengths=None)
-    canvas = model.ctc_canvas(src)
-    logits = model.decoder_logits(canvas, encoder_out).float()  # B x L x V
-    logits[..., [d.pad(), d.bos(), d.eos(), task.mask_idx]] = float("-inf")
-    symbols = logits.argmax(dim=-1)  # B x L
-    lengths = canvas.ne(d.pad()).sum(dim=1)
-    kept, _ = collapse(symbols, lengths, task.mask_idx, d.pad())
+    symbols, kept = best_path(task, model, sample, [d.pad(), d.bos(), d.eos(), task.mask_idx])
     penalised, _ = generate(task, model, blank_penalty=1e4)
     for (hypo,), row, keep in zip(penalised, symbols, kept):
         assert hypo["tokens"].tolist()[:-1] == row[keep].tolist()
