@@ -55,7 +55,8 @@ class CTCGenerator(LengthBeamGenerator):
         path = inference_path(model, self.decoder_impl, device)
         encoder_out = path.encode(src_tokens, src_lengths)
         canvas = model.ctc_canvas(src_tokens)  # B x L
-        lengths = canvas.ne(self.pad).sum(dim=1)  # B
+        real = canvas.ne(self.pad)  # B x L
+        lengths = real.sum(dim=1)  # B
         order = torch.arange(canvas.size(0), device=device)  # B, one candidate each
         logits = path.logits(path.start(encoder_out, order), canvas, None).float()  # B x L x V
         lprobs = torch.log_softmax(logits, dim=-1)  # B x L x V
@@ -63,7 +64,6 @@ class CTCGenerator(LengthBeamGenerator):
         if self.blank_penalty:  # the blank made less likely: longer outputs
             lprobs[..., self.mask] -= self.blank_penalty
         best, symbols = lprobs.max(dim=-1)  # B x L each
-        real = canvas.ne(self.pad)  # B x L
         scores = best.masked_fill(~real, 0.0).sum(dim=1) / lengths.clamp(min=1)  # B
         kept, order = collapse(symbols, lengths, self.mask, self.pad)
         output = symbols.masked_fill(~kept, self.pad).gather(1, order)  # B x L, left-aligned

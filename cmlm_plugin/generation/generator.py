@@ -332,6 +332,11 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
                 "forbids it: drop one of them"
             )
         generator = MaskPredictGenerator(tgt_dict, options, decoder_impl=impl)
+    if getattr(task_cfg, "ctc_blank_penalty", 0.0):  # a CTC model gets ctc_generator's
+        raise CMLMPluginError(
+            "--ctc-blank-penalty applies to models trained with --ctc-upsample; this "
+            "one is a CMLM: drop it"
+        )
     weight = getattr(task_cfg, "length_prior_weight", 0.0)
     if weight < 0:
         raise CMLMPluginError(f"--length-prior-weight must be >= 0, got {weight}")

@@ -430,11 +430,6 @@ class CMLMPluginTask(TranslationTask):
             return build_ctc_generator(
                 self.target_dictionary, self.source_dictionary, models, args, self.cfg
             )
-        if models and self.cfg.ctc_blank_penalty:
-            raise CMLMPluginError(
-                "--ctc-blank-penalty applies to models trained with --ctc-upsample; this "
-                "one is a CMLM: drop it"
-            )
         return build_generator(
             self.target_dictionary, self.source_dictionary, models, args, self.cfg
         )
