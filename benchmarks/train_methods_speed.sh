@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Training throughput of the training methods, side by side: cmlm_plugin_small with the
 # plain CMLM objective, with glancing (--glancing-ratio 0.5), with self-correction
-# (--self-correction 0.5), with both, and with CTC on a canvas of twice the source
-# (--ctc-upsample 2), on the same data and batches (--batch-size fixes the sentences per
-# update). Runs alternate (plain, glancing, self-correction, both, ctc, plain, ...; ROUNDS
-# rounds of UPDATES updates) so that a load that drifts over time hits
-# every system alike; the script prints each run's training time ("done training in")
-# and the throughput of each method relative to plain (same sentences per update, so the
-# ratio of times is the ratio of target words per second).
+# (--self-correction 0.5), with both, with CTC on a canvas of twice the source
+# (--ctc-upsample 2) and with CTC and glancing on its canvas, on the same data and
+# batches (--batch-size fixes the sentences per update). Runs alternate (plain, glancing,
+# self-correction, both, ctc, ctc-glancing, plain, ...; ROUNDS rounds of UPDATES updates)
+# so that a load that drifts over time hits every system alike; the script prints each
+# run's training time ("done training in") and the throughput of each method relative to
+# plain (same sentences per update, so the ratio of times is the ratio of target words
+# per second).
 #
 #   bash benchmarks/train_methods_speed.sh DATA_BIN [OUT_DIR]
 #
 # ROUNDS (default 2), UPDATES (default 40), BATCH (default 64), DEVICE_FLAGS (--cpu),
-# SYSTEMS (default "plain glancing self-correction both ctc"; plain is always measured).
+# SYSTEMS (default "plain glancing self-correction both ctc ctc-glancing"; plain is always
+# measured).
 set -euo pipefail
 DATA=${1:?usage: train_methods_speed.sh DATA_BIN [OUT_DIR]}
 OUT=${2:-benchmarks/results/train_methods_speed}
@@ -33,8 +35,9 @@ declare -A FLAGS=(
   [self-correction]="--self-correction 0.5"
   [both]="--glancing-ratio 0.5 --self-correction 0.5"
   [ctc]="--ctc-upsample 2"
+  [ctc-glancing]="--ctc-upsample 2 --glancing-ratio 0.5"
 )
-read -r -a SYSTEMS <<< "${SYSTEMS:-plain glancing self-correction both ctc}"
+read -r -a SYSTEMS <<< "${SYSTEMS:-plain glancing self-correction both ctc ctc-glancing}"
 for system in "${SYSTEMS[@]}"; do
   [ -n "${FLAGS[$system]+set}" ] || { echo "error: SYSTEMS names '$system'; use some of: ${!FLAGS[*]}" >&2; exit 1; }
 done

@@ -170,10 +170,43 @@ def test_an_empty_source_gets_the_empty_hypothesis(ctc):
     assert hypos[1][0]["tokens"].tolist() == [task.tgt_dict.eos()]
 
 
+def test_glancing_shows_the_best_alignment_where_the_first_pass_was_wrong(data_dir):
+    """--glancing-ratio 1 on a CTC model: the trained pass's canvas holds the reference's
+    best alignment at as many positions as the first pass got wrong; no gradient
+    through the first pass; the loss is CTC on the revised canvas."""
+    torch.manual_seed(0)
+    task, model, criterion = setup(data_dir, "--ctc-upsample", "3", "--glancing-ratio", "1")
+    sample = task.add_noise(left_padded(task, sample_for(task, SOURCES, TARGETS)))
+    revise = task.second_pass(sample, 0, torch.Generator().manual_seed(0))
+    seen = {}
+
+    def spy(canvas, predicted, aligned, candidates):
+        seen.update(canvas=canvas, predicted=predicted, aligned=aligned, candidates=candidates)
+        seen["new"] = revise(canvas, predicted, aligned, candidates)
+        return seen["new"]
+
+    sample["revise"] = spy
+    loss, _, _ = criterion(model, sample)
+    loss.backward()
+    canvas, new, aligned = seen["canvas"], seen["new"], seen["aligned"]
+    wrong = (seen["candidates"] & seen["predicted"].ne(aligned)).sum(dim=1)  # B
+    shown = new.ne(canvas)  # B x L, source tokens never equal their row's alignment here
+    assert shown.sum(dim=1).tolist() == wrong.tolist() and int(wrong.sum()) > 0
+    assert torch.equal(new[shown], aligned[shown])
+    assert not any(seen[k].requires_grad for k in ("predicted", "aligned"))
+    d = task.tgt_dict
+    lengths = canvas.ne(d.pad()).sum(dim=1)
+    kept, order = collapse(aligned, lengths, task.mask_idx, d.pad())
+    for row, target in enumerate(TARGETS):  # the alignment spells the reference
+        ids = aligned[row].gather(0, order[row])[: int(kept[row].sum())]
+        assert d.string(ids) == target
+    assert model.decoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (("--glancing-ratio", "0.5"), "--glancing-ratio"),
+        (("--glancing-ratio", "0.5", "--glancing-full-mask", "0.5"), "--glancing-full-mask"),
         (("--self-correction", "0.5"), "--self-correction"),
         (("--objective", "diffusion"), "--objective diffusion"),
         (("--ctc-upsample", "-1"), "must be >= 0"),

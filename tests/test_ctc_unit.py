@@ -4,10 +4,10 @@ import itertools
 import math
 
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmlm_plugin.models.ctc import canvas_lengths, collapse, ctc_nll
+from cmlm_plugin.models.ctc import best_alignment, canvas_lengths, collapse, ctc_nll
 
 BLANK, PAD = 0, 1
 
@@ -73,3 +73,49 @@ def test_a_reference_longer_than_its_canvas_costs_nothing_instead_of_infinity():
     target = torch.tensor([[2, 3, 2]])
     nll = ctc_nll(lprobs, torch.tensor([2]), target, torch.tensor([3]), BLANK)
     assert float(nll) == 0.0
+
+
+def path_score(lprobs, path):
+    return sum(float(lprobs[t, s]) for t, s in enumerate(path))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    st.lists(st.lists(st.sampled_from([2, 3]), max_size=3), min_size=3, max_size=3),
+)
+def test_best_alignment_is_the_most_probable_path_to_the_reference(seed, lengths, references):
+    """Against all 4^L paths of each row: the alignment collapses to the reference, its
+    score is the best among those that do, and a row that has none is all blank."""
+    references = references[: len(lengths)]
+    gen = torch.Generator().manual_seed(seed)
+    width = max(lengths) + 1  # one position of padding at least
+    lprobs = torch.log_softmax(3 * torch.randn(len(lengths), width, 4, generator=gen), dim=-1)
+    target = torch.full((len(lengths), 3), PAD)
+    for row, reference in enumerate(references):
+        target[row, : len(reference)] = torch.tensor(reference, dtype=torch.long)
+    target_lengths = torch.tensor([len(r) for r in references])
+    labels, possible = best_alignment(lprobs, torch.tensor(lengths), target, target_lengths, BLANK)
+    for row, (n, reference) in enumerate(zip(lengths, references)):
+        paths = [
+            p for p in itertools.product(range(4), repeat=n) if reference_collapse(p) == reference
+        ]
+        assert bool(possible[row]) == bool(paths)
+        assert labels[row, n:].eq(BLANK).all()  # after the canvas
+        if not paths:
+            assert labels[row].eq(BLANK).all()
+            continue
+        path = labels[row, :n].tolist()
+        assert reference_collapse(path) == reference
+        best = max(path_score(lprobs[row], p) for p in paths)
+        assert math.isclose(path_score(lprobs[row], path), best, abs_tol=1e-4)
+
+
+def test_best_alignment_separates_a_repeated_symbol_with_a_blank():
+    """Even where the model prefers the symbol at every position."""
+    lprobs = torch.log(torch.tensor([[[0.1, 0.0, 0.9]] * 3]) + 1e-9)  # B x L x V, favours 2
+    labels, possible = best_alignment(
+        lprobs, torch.tensor([3]), torch.tensor([[2, 2]]), torch.tensor([2]), BLANK
+    )
+    assert labels.tolist() == [[2, BLANK, 2]] and possible.tolist() == [True]

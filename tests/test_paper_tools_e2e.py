@@ -202,7 +202,42 @@ def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
     for env, problem in (({}, "preprocess.log not found: run prepare-multi30k.sh first"),
                          ({"MAX_UPDATE": "3k"}, "MAX_UPDATE must be a positive integer"),
                          ({"GLANCING": "yes"}, "GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0"),
-                         ({"INIT": "teacher"}, "INIT must be 1 (start the student from the teacher's weights) or 0")):  # fmt: skip
+                         ({"INIT": "teacher"}, "INIT must be 1 (start the student from the teacher's weights) or 0"),
+                         ({"STUDENT": "ar"}, "STUDENT must be cmlm (Mask-Predict, T=10, l=5) or ctc"),
+                         ({"STUDENT": "ctc", "BLANK_PENALTY": "-1"}, "BLANK_PENALTY must be a number >= 0")):  # fmt: skip
         proc = invoke("bash", script, tmp_path / "nothing", tmp_path / "work", env=env)
         assert proc.returncode == 1 and problem in proc.stderr
         assert not (tmp_path / "work").exists()  # nothing trained, nothing written
+
+
+def test_best_recipe_refuses_a_student_of_the_other_objective_before_training(tiny_run, tmp_path):
+    """WORK_DIR/student holds a CMLM: STUDENT=ctc would resume it as a CTC model."""
+    script = ROOT / "examples/translation/train-multi30k-best.sh"
+    data, work = tmp_path / "data", tmp_path / "work"
+    data.mkdir()
+    (data / "bin").symlink_to(tiny_run / "bin")
+    (work / "student").mkdir(parents=True)
+    shutil.copy(tiny_run / "ckpt/checkpoint_last.pt", work / "student/checkpoint_last.pt")
+    proc = invoke("bash", script, data, work, env={"STUDENT": "ctc"})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert last == (
+        f"error: {work}/student holds a cmlm student (--ctc-upsample 0), not STUDENT=ctc: "
+        "use that STUDENT, or another WORK_DIR"
+    )
+    assert not (work / "teacher").exists()  # refused before the teacher's training
+
+
+def test_the_small_recipe_decodes_a_ctc_model_with_decode_flags(tiny_run, tmp_path):
+    """train-multi30k-small.sh with TRAIN_FLAGS --ctc-upsample 2 and DECODE_FLAGS one pass:
+    the recipe trains a CTC model and decodes every test sentence with it."""
+    data, save = tmp_path / "data", tmp_path / "ctc"
+    data.mkdir()
+    (data / "bin").symlink_to(tiny_run / "bin")
+    flags = "--arch cmlm_plugin_tiny --max-update 2 --ctc-upsample 2 --no-epoch-checkpoints"
+    env = {"TRAIN_FLAGS": flags, "TRAIN_HOURS": "0",
+           "DECODE_FLAGS": "--iter-decode-max-iter 1 --iter-decode-with-beam 1 --ctc-blank-penalty 1"}  # fmt: skip
+    run("bash", ROOT / "examples/translation/train-multi30k-small.sh", data, save, env=env)
+    generated = (save / "generate-test.txt").read_text()
+    assert len(hypotheses(generated)) == N_TEST
+    assert "BLEU" in generated.strip().splitlines()[-1]

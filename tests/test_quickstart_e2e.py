@@ -114,6 +114,8 @@ def test_quick_run_ends_with_signed_sacrebleu_and_resumes(multi30k_dir, tmp_path
         ({"MAX_UPDATE": "ten"}, "MAX_UPDATE must be a positive integer"),
         ({"RECIPE": "best"}, "RECIPE=best has no QUICK=1 smoke run: drop QUICK=1"),
         ({"RECIPE": "fastest"}, "RECIPE must be single or best, got 'fastest'"),
+        ({"STUDENT": "ar"}, "STUDENT must be cmlm or ctc, got 'ar'"),
+        ({"STUDENT": "ctc"}, "STUDENT=ctc belongs to RECIPE=best"),
     ],
 )
 def test_bad_input_stops_with_one_line(multi30k_dir, tmp_path, env, expected):

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from cmlm_plugin.training.noise import uniform_mask
 from cmlm_plugin.training.second_pass import (
+    ctc_glancing_input,
     glancing_input,
     glancing_ratio,
     mask_whole_rows,
@@ -124,3 +125,31 @@ def test_mask_whole_rows_masks_every_real_token_of_the_chosen_rows_only():
     assert torch.equal(new[1], prev[1])  # a row not chosen keeps its CMLM mask
     assert torch.equal(new[2], prev[2])  # an empty row has nothing to mask
     assert torch.equal(new.eq(PAD), target.eq(PAD))  # padding untouched
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), min_size=1, max_size=5),
+    st.floats(0, 1),
+    st.integers(0, 2**31 - 1),
+)
+def test_ctc_glancing_reveals_ratio_times_the_wrong_positions_from_the_alignment(
+    lengths, ratio, seed
+):
+    gen = torch.Generator().manual_seed(seed)
+    width = 8
+    candidates = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]  # B x L
+    candidates[0] = False  # a row without an alignment is left alone
+    canvas = torch.randint(10, 14, candidates.shape, generator=gen)  # source ids, never aligned
+    predicted = torch.randint(4, 8, candidates.shape, generator=gen).masked_fill(
+        torch.rand(candidates.shape, generator=gen) < 0.3, MASK
+    )
+    aligned = torch.randint(4, 8, candidates.shape, generator=gen).masked_fill(
+        torch.rand(candidates.shape, generator=gen) < 0.3, MASK
+    )
+    new = ctc_glancing_input(canvas, predicted, aligned, candidates, ratio, gen)
+    shown = new.ne(canvas)  # B x L
+    wrong = (candidates & predicted.ne(aligned)).sum(1)
+    assert torch.equal(shown.sum(1), (wrong.double() * ratio).floor().long())
+    assert not (shown & ~candidates).any()
+    assert torch.equal(new[shown], aligned[shown])  # blanks shown as <mask>

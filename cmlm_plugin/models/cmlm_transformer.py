@@ -15,7 +15,7 @@ The model owns one step (its inference paths: ``models.inference``); the loops l
 length instead (``ctc.py``) and decodes in one pass.
 """
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq.models import register_model, register_model_architecture
@@ -27,7 +27,7 @@ from torch import Tensor
 from ..errors import CMLMPluginError
 from ..generation.templates import TemplateBPE
 from ..symbols import mask_index
-from .ctc import CANVASES, canvas_lengths, ctc_nll, source_canvas
+from .ctc import CANVASES, best_alignment, canvas_lengths, ctc_nll, source_canvas
 from .frames import FRAMES, LENGTH_SOURCES, LengthTokenEncoder, SourceBosEncoder, add_frame
 from .length_head import LengthHead
 
@@ -228,7 +228,7 @@ class CMLMPluginModel(TransformerModel):
         padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
         length_logits = self.length_logits(encoder_out)  # B x C
         if self.ctc_upsample:
-            return self.ctc_forward(src_tokens, encoder_out, length_logits, tgt_tokens)
+            return self.ctc_forward(src_tokens, encoder_out, length_logits, tgt_tokens, revise)
         loss_positions = prev_output_tokens.eq(self.mask_idx)  # B x T
         if revise is not None:
             predicted = self.first_pass(prev_output_tokens, encoder_out)  # B x T
@@ -268,25 +268,51 @@ class CMLMPluginModel(TransformerModel):
         return torch.full(real.shape, pad, device=lengths.device).masked_fill(real, self.mask_idx)
 
     def ctc_forward(
-        self, src_tokens: Tensor, encoder_out: Dict, length_logits: Tensor, tgt_tokens=None
-    ):
-        """Loss terms of CTC training (``ctc.py``): ``word_ins`` holds the summed CTC NLL."""
+        self, src_tokens: Tensor, encoder_out: Dict, length_logits: Tensor, tgt_tokens=None,
+        revise=None,
+    ):  # fmt: skip
+        """Loss terms of CTC training (``ctc.py``): ``word_ins`` holds the summed CTC NLL.
+
+        ``revise(canvas, predicted, aligned, candidates) -> canvas`` (glancing:
+        ``training.second_pass.ctc_glancing_input``) gets the first pass's symbols and
+        the reference's best alignment (``ctc_first_pass``) and returns the trained
+        pass's canvas.
+        """
         canvas = self.ctc_canvas(src_tokens)  # B x L
+        pad, eos = self.decoder.dictionary.pad(), self.decoder.dictionary.eos()
+        lengths = canvas.ne(pad).sum(dim=1)  # B
+        terms = {"word_ins": {}, "length": {"out": length_logits}}
+        if tgt_tokens is None:
+            return terms
+        real = tgt_tokens.ne(pad) & tgt_tokens.ne(eos)  # B x T
+        target_lengths = real.sum(dim=1)  # B
+        if revise is not None:
+            first = self.ctc_first_pass(canvas, encoder_out, tgt_tokens, target_lengths)
+            canvas = revise(canvas, *first)  # B x L
         features, _ = self.decoder(canvas, encoder_out=encoder_out, features_only=True)
         lprobs = torch.log_softmax(self.decoder.output_layer(features).float(), dim=-1)  # B x L x V
-        terms = {"word_ins": {}, "length": {"out": length_logits}}
-        if tgt_tokens is not None:
-            pad, eos = self.decoder.dictionary.pad(), self.decoder.dictionary.eos()
-            real = tgt_tokens.ne(pad) & tgt_tokens.ne(eos)  # B x T
-            target_lengths = real.sum(dim=1)  # B
-            source_lengths = (~encoder_out["encoder_padding_mask"][0]).sum(dim=1)  # B
-            nll = ctc_nll(lprobs, canvas.ne(pad).sum(dim=1), tgt_tokens, target_lengths,
-                          self.mask_idx)  # fmt: skip
-            terms["word_ins"] = {"loss": nll, "count": int(target_lengths.sum())}
-            terms["length"]["tgt"] = self.length_head.target_classes(
-                target_lengths, source_lengths
-            )  # B
+        source_lengths = (~encoder_out["encoder_padding_mask"][0]).sum(dim=1)  # B
+        nll = ctc_nll(lprobs, lengths, tgt_tokens, target_lengths, self.mask_idx)
+        terms["word_ins"] = {"loss": nll, "count": int(target_lengths.sum())}
+        terms["length"]["tgt"] = self.length_head.target_classes(
+            target_lengths, source_lengths
+        )  # B
         return terms
+
+    @torch.no_grad()
+    def ctc_first_pass(
+        self, canvas: Tensor, encoder_out: Dict, target: Tensor, target_lengths: Tensor
+    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """Glancing's first pass over a CTC canvas (``B x L``), no gradients, dropout as in
+        training: ``(predicted, aligned, candidates)``, ``B x L`` each, the argmax symbol
+        (or blank) of each position, the reference's best alignment, and the positions of
+        rows that have one."""
+        lengths = canvas.ne(self.decoder.dictionary.pad()).sum(dim=1)  # B
+        lprobs = torch.log_softmax(self.decoder_logits(canvas, encoder_out).float(), dim=-1)
+        aligned, possible = best_alignment(lprobs, lengths, target, target_lengths,
+                                           self.mask_idx)  # fmt: skip
+        real = torch.arange(canvas.size(1), device=canvas.device)[None, :] < lengths[:, None]
+        return lprobs.argmax(dim=-1), aligned, real & possible[:, None]  # B x L each
 
     @torch.no_grad()
     def first_pass(self, tokens: Tensor, encoder_out: Dict) -> Tensor:

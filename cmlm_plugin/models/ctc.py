@@ -19,6 +19,11 @@ every position, Mask-Predict's first-pass input (mask insertion, as in Syu et al
 (BLEU 98.3) and the mask canvas not at all (BLEU 0.0, 2026-12-03, docs/training.md).
 The blank is the ``<mask>`` symbol's output class, which no reference token uses, so
 the dictionary and the embeddings stay those of a CMLM.
+
+Glancing with CTC (Gu & Kong, 2021) needs the reference placed on the canvas:
+``best_alignment`` is the Viterbi path, the most probable alignment that collapses to
+the reference (Graves et al., 2006, §4 computes the sum over alignments with the same
+recursion; the max instead of the sum gives the best one).
 """
 
 from typing import Tuple
@@ -92,3 +97,49 @@ def collapse(tokens: Tensor, lengths: Tensor, blank: int, pad: int) -> Tuple[Ten
     kept = real & tokens.ne(blank) & tokens.ne(previous)  # N x L
     order = torch.sort((~kept).long(), dim=1, stable=True).indices  # N x L, kept first
     return kept, order
+
+
+def best_alignment(
+    lprobs: Tensor, lengths: Tensor, target: Tensor, target_lengths: Tensor, blank: int
+) -> Tuple[Tensor, Tensor]:
+    """The most probable alignment of each reference to its canvas (Viterbi).
+
+    Args:
+        lprobs: ``B x L x V`` log-probabilities over the canvas positions.
+        lengths: ``(B,)`` canvas lengths; target, target_lengths, blank: as in ``ctc_nll``.
+
+    Returns:
+        ``(labels, possible)``: ``labels`` (``B x L``) the symbol or blank that the best
+        alignment puts at each position (blank after the canvas ends, and on the whole
+        row where no alignment exists); ``possible`` (``(B,)`` bool) rows that have one.
+    """
+    batch, width, _ = lprobs.shape
+    states = 2 * target.size(1) + 1  # blank, y1, blank, y2, ..., blank
+    labels = target.new_full((batch, states), blank)  # B x S
+    labels[:, 1::2] = target
+    used = torch.arange(states, device=target.device)[None, :] < 2 * target_lengths[:, None] + 1
+    emit = lprobs.float().gather(2, labels[:, None, :].expand(batch, width, states))  # B x L x S
+    emit = emit.masked_fill(~used[:, None, :], float("-inf"))
+    skip = torch.zeros_like(used)  # B x S, a symbol may follow the symbol two states back
+    skip[:, 2:] = labels[:, 2:].ne(blank) & labels[:, 2:].ne(labels[:, :-2])
+    score = emit[:, 0].clone()  # B x S, the best path ending in each state
+    score[:, 2:] = float("-inf")  # a path starts with the first blank or the first symbol
+    moves = torch.zeros(batch, width, states, dtype=torch.long, device=target.device)
+    for t in range(1, width):  # over canvas positions; the batch and states are vectorised
+        step = F.pad(score[:, :-1], (1, 0), value=float("-inf"))  # B x S, from state s-1
+        jump = F.pad(score[:, :-2], (2, 0), value=float("-inf")).masked_fill(~skip, float("-inf"))
+        best, move = torch.stack([score, step, jump], dim=-1).max(dim=-1)  # B x S each
+        active = (t < lengths)[:, None]  # B x 1, rows whose canvas goes on
+        score = torch.where(active, best + emit[:, t], score)
+        moves[:, t] = move.masked_fill(~active, 0)
+    last = 2 * target_lengths  # B, the final blank; the final symbol is last - 1
+    final = score.gather(1, last[:, None]).squeeze(1)  # B
+    before = score.gather(1, (last - 1).clamp(min=0)[:, None]).squeeze(1)  # B
+    state = torch.where((before > final) & (last > 0), last - 1, last)  # B
+    possible = torch.maximum(final, before) > float("-inf")  # B
+    path = torch.empty(batch, width, dtype=torch.long, device=target.device)  # B x L
+    for t in range(width - 1, -1, -1):  # backtrack
+        path[:, t] = labels.gather(1, state[:, None]).squeeze(1)
+        state = state - moves[:, t].gather(1, state[:, None]).squeeze(1)
+    real = torch.arange(width, device=target.device)[None, :] < lengths[:, None]  # B x L
+    return path.masked_fill(~real | ~possible[:, None], blank), possible

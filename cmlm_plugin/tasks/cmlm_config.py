@@ -50,7 +50,8 @@ class CMLMConfig(TranslationConfig):
         metadata={
             "help": "cmlm objective: glancing training (GLAT; 0: off): a first pass "
             "without gradients predicts the masked tokens and floor(ratio * errors) of "
-            "them are revealed from the reference before the trained pass (GLAT: 0.5)"
+            "them are revealed from the reference before the trained pass (GLAT: 0.5); "
+            "with --ctc-upsample, canvas positions from the reference's best alignment"
         },
     )
     glancing_ratio_end: Optional[float] = field(

@@ -41,6 +41,7 @@ from ..task_tags import TaskTags, tag_language_pair, tag_raw_sources
 from ..training.ar_init import init_from_autoregressive
 from ..training.noise import diffusion_mask, empty_sources, uniform_mask
 from ..training.second_pass import (
+    ctc_glancing_input,
     glancing_input,
     glancing_ratio,
     mask_whole_rows,
@@ -85,7 +86,7 @@ def check_second_pass(cfg) -> None:
 
 def check_ctc(cfg, model, src_dict, tgt_dict, from_checkpoint: bool) -> None:
     """A CTC model (``--ctc-upsample``): a source canvas reads source ids as target ids,
-    and training takes no CMLM noise options on top."""
+    and training takes glancing (on the canvas) but no other CMLM noise option."""
     if model.ctc_canvas_kind == "source" and src_dict != tgt_dict:
         raise CMLMPluginError(
             f"--ctc-canvas source feeds source tokens to the decoder, but {cfg.data} has "
@@ -94,11 +95,11 @@ def check_ctc(cfg, model, src_dict, tgt_dict, from_checkpoint: bool) -> None:
         )
     if from_checkpoint:
         return
-    if cfg.objective != "cmlm" or cfg.glancing_ratio > 0 or cfg.self_correction > 0:
+    if cfg.objective != "cmlm" or cfg.self_correction > 0 or cfg.glancing_full_mask > 0:
         raise CMLMPluginError(
-            "--ctc-upsample trains the decoder with CTC on its own canvas: drop "
-            "--objective diffusion, --glancing-ratio and --self-correction (or drop "
-            "--ctc-upsample)"
+            "--ctc-upsample trains the decoder with CTC on its own canvas (glancing "
+            "included): drop --objective diffusion, --self-correction and "
+            "--glancing-full-mask (or drop --ctc-upsample)"
         )
 
 
@@ -158,6 +159,7 @@ class CMLMPluginTask(TranslationTask):
                 "--joined-dictionary"
             )
         model = super().build_model(cfg, from_checkpoint)
+        self.ctc_model = bool(model.ctc_upsample)  # glancing works on its canvas
         if model.ctc_upsample:
             check_ctc(self.cfg, model, self.src_dict, self.tgt_dict, from_checkpoint)
         if self.cfg.init_from_ar and not from_checkpoint:  # a new model, not a loaded one
@@ -330,7 +332,8 @@ class CMLMPluginTask(TranslationTask):
         ``--self-correction``; the others get glancing when ``--glancing-ratio`` > 0,
         a share ``--glancing-full-mask`` of them from the whole target masked.
         Before ``--second-pass-from-update`` neither runs (plain CMLM training).
-        All random draws come from the batch's noise ``generator``.
+        All random draws come from the batch's noise ``generator``. A CTC model's
+        ``revise`` reveals canvas positions instead (``ctc_glancing_input``).
         """
         cfg = self.cfg
         end = cfg.glancing_ratio if cfg.glancing_ratio_end is None else cfg.glancing_ratio_end
@@ -339,6 +342,12 @@ class CMLMPluginTask(TranslationTask):
             return None
         if update_num < cfg.second_pass_from_update:  # the plain objective first
             return None
+        if getattr(self, "ctc_model", False):
+
+            def revise_canvas(canvas, predicted, aligned, candidates):
+                return ctc_glancing_input(canvas, predicted, aligned, candidates, ratio, generator)
+
+            return revise_canvas
         target = sample["target"]  # B x T
         rows = torch.zeros(target.size(0), dtype=torch.bool, device=target.device)  # B
         remask = None

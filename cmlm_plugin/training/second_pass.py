@@ -28,6 +28,14 @@ stay as predicted, and the loss covers the new mask and those positions, so the 
 learns to fix its own errors (SMART trains on every position; CMLMC on the masked and
 the replaced ones, as here).
 
+Glancing with CTC (``--ctc-upsample`` with ``--glancing-ratio``; Gu & Kong, Findings of
+ACL 2021): the first pass decodes the whole canvas, the reference is placed on it by its
+best alignment (``models.ctc.best_alignment``), ``wrong`` counts the canvas positions
+where the first pass's symbol (or blank) differs from the alignment's, and
+``floor(ratio * wrong)`` positions drawn at random take the alignment's label as their
+input (a blank as ``<mask>``, the blank's symbol) (``ctc_glancing_input``). The loss stays
+CTC over the whole canvas, as in their method.
+
 Both papers train with their method from the first update. The task can start both
 later (``--second-pass-from-update``, a deviation): on distilled Multi30k targets they
 kept the model from learning to use the source when on from the start, and helped when
@@ -94,6 +102,29 @@ def glancing_input(
     reveal = torch.minimum(reveal, (masked.sum(dim=1) - 1).clamp(min=0))  # one stays masked
     shown = random_subset(masked, reveal, generator)  # B x T
     return torch.where(shown, target, prev), masked & ~shown
+
+
+def ctc_glancing_input(
+    canvas: Tensor,
+    predicted: Tensor,
+    aligned: Tensor,
+    candidates: Tensor,
+    ratio: float,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    """``B x L`` CTC canvas with ``floor(ratio * wrong)`` positions showing the alignment.
+
+    Args:
+        canvas: ``B x L`` decoder input of CTC.
+        predicted: ``B x L`` first-pass symbol (or blank) of each position.
+        aligned: ``B x L`` the best alignment's label of each position.
+        candidates: ``B x L`` positions that may be revealed (the real canvas of rows
+            that have an alignment); errors are counted there.
+    """
+    wrong = (candidates & predicted.ne(aligned)).sum(dim=1)  # B
+    reveal = torch.floor(wrong.double() * ratio).long()  # B
+    shown = random_subset(candidates, reveal, generator)  # B x L
+    return torch.where(shown, aligned, canvas)
 
 
 def self_correction_input(

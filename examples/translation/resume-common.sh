@@ -20,6 +20,21 @@ print(state["optimizer_history"][-1]["num_updates"])
 EOF
 }
 
+# checkpoint_ctc_upsample CKPT: the --ctc-upsample CKPT's model was trained with (0: a
+# CMLM), empty when there is no such file
+checkpoint_ctc_upsample() {
+  [ -f "$1" ] || return 0
+  python - "$1" << 'EOF'
+import sys
+
+import cmlm_plugin  # noqa: F401
+from fairseq import checkpoint_utils
+
+state = checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1])
+print(getattr(state["cfg"]["model"], "ctc_upsample", 0) or 0)
+EOF
+}
+
 # resume_point CKPT MAX_UPDATE: where a training into CKPT's folder stands. Sets DONE (the
 # updates CKPT holds, 0 without the file) and STOP: empty while DONE < MAX_UPDATE, else
 # the fairseq-train flag that stops it before its first update (a minimum learning rate

@@ -9,6 +9,9 @@
 # raise the budget. These are quickstart settings, not the paper's (see docs/reproducing.md).
 # TRAIN_FLAGS adds or overrides training flags, e.g. the masked-diffusion objective:
 #   TRAIN_FLAGS="--objective diffusion --label-smoothing 0" bash ... work/multi30k work/checkpoints/diff
+# DECODE_FLAGS replaces the decoding flags (default Mask-Predict T=10, l=5:
+# "--iter-decode-max-iter 10 --iter-decode-with-beam 5"); a CTC model (--ctc-upsample)
+# decodes in one pass: DECODE_FLAGS="--iter-decode-max-iter 1 --iter-decode-with-beam 1".
 set -euo pipefail
 DATA=${1:-work/multi30k}
 SAVE=${2:-work/checkpoints/multi30k-small}
@@ -16,6 +19,7 @@ TRAIN_HOURS=${TRAIN_HOURS:-0.6}
 USER_DIR=${USER_DIR:-$(cmlm-plugin-dir)}
 DEVICE_FLAGS=${DEVICE_FLAGS:---cpu}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
+DECODE_FLAGS=${DECODE_FLAGS:---iter-decode-max-iter 10 --iter-decode-with-beam 5}
 
 fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task cmlm \
   --arch cmlm_plugin_small --criterion cmlm_plugin_loss --label-smoothing 0.1 \
@@ -25,7 +29,6 @@ fairseq-train "$DATA/bin" --user-dir "$USER_DIR" --task cmlm \
   --save-dir "$SAVE" --keep-last-epochs 5 --log-interval 100 --seed 1 $DEVICE_FLAGS $TRAIN_FLAGS
 
 fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task cmlm \
-  --path "$SAVE/checkpoint_last.pt" --gen-subset test --batch-size 128 \
-  --iter-decode-max-iter 10 --iter-decode-with-beam 5 \
+  --path "$SAVE/checkpoint_last.pt" --gen-subset test --batch-size 128 $DECODE_FLAGS \
   --remove-bpe sentencepiece --scoring sacrebleu $DEVICE_FLAGS > "$SAVE/generate-test.txt"
 tail -n 2 "$SAVE/generate-test.txt"
