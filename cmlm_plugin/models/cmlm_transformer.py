@@ -308,7 +308,8 @@ class CMLMPluginModel(TransformerModel):
         (or blank) of each position, the reference's best alignment, and the positions of
         rows that have one."""
         lengths = canvas.ne(self.decoder.dictionary.pad()).sum(dim=1)  # B
-        lprobs = torch.log_softmax(self.decoder_logits(canvas, encoder_out).float(), dim=-1)
+        logits = self.decoder_logits(canvas, encoder_out).float()  # B x L x V
+        lprobs = torch.log_softmax(logits, dim=-1)  # B x L x V
         aligned, possible = best_alignment(lprobs, lengths, target, target_lengths,
                                            self.mask_idx)  # fmt: skip
         real = torch.arange(canvas.size(1), device=canvas.device)[None, :] < lengths[:, None]
