@@ -287,7 +287,7 @@ class CMLMPluginModel(TransformerModel):
         real = tgt_tokens.ne(pad) & tgt_tokens.ne(eos)  # B x T
         target_lengths = real.sum(dim=1)  # B
         if revise is not None:
-            first = self.ctc_first_pass(canvas, encoder_out, tgt_tokens, target_lengths)
+            first = self.ctc_first_pass(canvas, lengths, encoder_out, tgt_tokens, target_lengths)
             canvas = revise(canvas, *first)  # B x L
         features, _ = self.decoder(canvas, encoder_out=encoder_out, features_only=True)
         lprobs = torch.log_softmax(self.decoder.output_layer(features).float(), dim=-1)  # B x L x V
@@ -301,13 +301,17 @@ class CMLMPluginModel(TransformerModel):
 
     @torch.no_grad()
     def ctc_first_pass(
-        self, canvas: Tensor, encoder_out: Dict, target: Tensor, target_lengths: Tensor
+        self,
+        canvas: Tensor,
+        lengths: Tensor,
+        encoder_out: Dict,
+        target: Tensor,
+        target_lengths: Tensor,
     ) -> Tuple[Tensor, Tensor, Tensor]:
-        """Glancing's first pass over a CTC canvas (``B x L``), no gradients, dropout as in
-        training: ``(predicted, aligned, candidates)``, ``B x L`` each, the argmax symbol
-        (or blank) of each position, the reference's best alignment, and the positions of
-        rows that have one."""
-        lengths = canvas.ne(self.decoder.dictionary.pad()).sum(dim=1)  # B
+        """Glancing's first pass over a CTC canvas (``B x L``, ``lengths`` ``(B,)``), no
+        gradients, dropout as in training: ``(predicted, aligned, candidates)``, ``B x L``
+        each, the argmax symbol (or blank) of each position, the reference's best
+        alignment, and the positions of rows that have one."""
         logits = self.decoder_logits(canvas, encoder_out).float()  # B x L x V
         lprobs = torch.log_softmax(logits, dim=-1)  # B x L x V
         aligned, possible = best_alignment(lprobs, lengths, target, target_lengths,

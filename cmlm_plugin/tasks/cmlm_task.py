@@ -135,6 +135,7 @@ class CMLMPluginTask(TranslationTask):
         if cfg.target_tag is not None:
             self.task_tags.index(cfg.target_tag)  # a clear error for an unknown tag
         self.special_ids = sorted({tgt_dict.pad(), tgt_dict.bos(), tgt_dict.eos(), self.mask_idx})
+        self.ctc_model = False  # set by build_model: glancing then works on the CTC canvas
 
     @classmethod
     def load_dictionary(cls, filename):
@@ -159,7 +160,7 @@ class CMLMPluginTask(TranslationTask):
                 "--joined-dictionary"
             )
         model = super().build_model(cfg, from_checkpoint)
-        self.ctc_model = bool(model.ctc_upsample)  # glancing works on its canvas
+        self.ctc_model = bool(model.ctc_upsample)
         if model.ctc_upsample:
             check_ctc(self.cfg, model, self.src_dict, self.tgt_dict, from_checkpoint)
         if self.cfg.init_from_ar and not from_checkpoint:  # a new model, not a loaded one
@@ -342,7 +343,7 @@ class CMLMPluginTask(TranslationTask):
             return None
         if update_num < cfg.second_pass_from_update:  # the plain objective first
             return None
-        if getattr(self, "ctc_model", False):
+        if self.ctc_model:
 
             def revise_canvas(canvas, predicted, aligned, candidates):
                 return ctc_glancing_input(canvas, predicted, aligned, candidates, ratio, generator)

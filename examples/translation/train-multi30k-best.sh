@@ -50,23 +50,24 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/resume-common.sh"
 [[ $MAX_UPDATE =~ ^[1-9][0-9]*$ ]] || { echo "error: MAX_UPDATE must be a positive integer, got '$MAX_UPDATE'" >&2; exit 1; }
 STUDENT=${STUDENT:-cmlm}
-# glancing from MAX_UPDATE/2 is the CMLM student's default; the CTC student's is none
-# (glancing on its canvas from update 1500 ended level with plain CTC, 2026-12-04)
-GLANCING=${GLANCING:-$([ "$STUDENT" = ctc ] && echo 0 || echo 1)}
+BLANK_PENALTY=${BLANK_PENALTY:-1.0}
+# per student: --ctc-upsample (0: the CMLM objective), decoding, and whether glancing from
+# MAX_UPDATE/2 is on by default (not for CTC: on its canvas it ended level, 2026-12-04)
+case $STUDENT in
+  cmlm) UPSAMPLE=0 DECODING="--iter-decode-max-iter 10 --iter-decode-with-beam 5" DEFAULT_GLANCING=1 ;;
+  ctc)
+    [[ $BLANK_PENALTY =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "error: BLANK_PENALTY must be a number >= 0, got '$BLANK_PENALTY'" >&2; exit 1; }
+    UPSAMPLE=2 DEFAULT_GLANCING=0
+    DECODING="--iter-decode-max-iter 1 --iter-decode-with-beam 1 --ctc-blank-penalty $BLANK_PENALTY" ;;
+  *) echo "error: STUDENT must be cmlm (Mask-Predict, T=10, l=5) or ctc (CTC, one pass), got '$STUDENT'" >&2; exit 1 ;;
+esac
+OBJECTIVE=$([ "$UPSAMPLE" = 0 ] || echo "--ctc-upsample $UPSAMPLE")
+GLANCING=${GLANCING:-$DEFAULT_GLANCING}
 HALF=$((MAX_UPDATE / 2))
 case $GLANCING in
   1) METHOD="--glancing-ratio 0.5 --glancing-ratio-end 0.3 --glancing-anneal-updates $MAX_UPDATE --second-pass-from-update $HALF" ;;
   0) METHOD="" ;;
   *) echo "error: GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0 (distillation alone), got '$GLANCING'" >&2; exit 1 ;;
-esac
-BLANK_PENALTY=${BLANK_PENALTY:-1.0}
-case $STUDENT in
-  cmlm) OBJECTIVE="" DECODING="--iter-decode-max-iter 10 --iter-decode-with-beam 5" ;;
-  ctc)
-    [[ $BLANK_PENALTY =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "error: BLANK_PENALTY must be a number >= 0, got '$BLANK_PENALTY'" >&2; exit 1; }
-    OBJECTIVE="--ctc-upsample 2"
-    DECODING="--iter-decode-max-iter 1 --iter-decode-with-beam 1 --ctc-blank-penalty $BLANK_PENALTY" ;;
-  *) echo "error: STUDENT must be cmlm (Mask-Predict, T=10, l=5) or ctc (CTC, one pass), got '$STUDENT'" >&2; exit 1 ;;
 esac
 INIT=${INIT:-1}
 case $INIT in
@@ -79,8 +80,7 @@ DISTILLED=${DATA%/}-distill
 # a student checkpoint of the other objective would be resumed as this one: refuse it now
 HELD=$(checkpoint_ctc_upsample "$WORK/student/checkpoint_last.pt") \
   || { echo "error: $WORK/student/checkpoint_last.pt does not load (see above): delete it to train from scratch" >&2; exit 1; }
-WANTED=$([ "$STUDENT" = ctc ] && echo 2 || echo 0)
-if [ -n "$HELD" ] && [ "$HELD" != "$WANTED" ]; then
+if [ -n "$HELD" ] && [ "$HELD" != "$UPSAMPLE" ]; then
   echo "error: $WORK/student holds a $([ "$HELD" = 0 ] && echo cmlm || echo ctc) student (--ctc-upsample $HELD), not STUDENT=$STUDENT: use that STUDENT, or another WORK_DIR" >&2
   exit 1
 fi
