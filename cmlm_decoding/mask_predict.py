@@ -22,6 +22,12 @@ Infilling: with a ``template`` (``N x L``, ``<mask>`` where tokens are to be
 generated, given tokens elsewhere) only the masked positions are predicted and
 re-masked, n counts them, and the given tokens never change.
 
+A draft (``first_pass``): another decoder's scores (``N x L x V`` log-probabilities, e.g.
+a CTC pass's at the positions of its output, ``cmlm_plugin.generation.ctc_generator``)
+stand for pass 1, which then costs no step call; passes 2 .. T re-mask and re-predict it
+as they would the model's own first pass (Mask-CTC, Higuchi et al., Interspeech 2020,
+refines a CTC output this way, with its own threshold rule instead of the linear decay).
+
 Early exit: once a row's re-mask count is 0 it can no longer change, so it leaves
 the batch (its output is exactly what all T passes give). ``force_max_iter`` keeps
 every row for all T passes (with ``adaptive_passes``: for all its T_i passes).
@@ -163,6 +169,7 @@ def mask_predict(
     pad_idx: int,
     options: MaskPredictOptions = MaskPredictOptions(),
     template: Optional[Tensor] = None,
+    first_pass: Optional[Tensor] = None,
 ) -> DecodeResult:
     """Decode ``N`` target sequences of the given lengths with Mask-Predict.
 
@@ -175,6 +182,8 @@ def mask_predict(
         options: a ``MaskPredictOptions`` record.
         template: ``N x L`` tokens with ``<mask>`` at the positions to generate and
             pad after each row's length; ``lengths`` must then match it.
+        first_pass: ``N x L x V`` log-probabilities that pass 1 reads instead of calling
+            ``step`` (a draft); like the step's, mask and pad must score -inf.
 
     Returns:
         a ``DecodeResult`` whose ``steps`` are the passes spent on each row.
@@ -194,9 +203,12 @@ def mask_predict(
     rule = RemaskRule.for_batch(options, lengths, num_free)
     budget = rule.budget  # N, passes per row (adaptive_passes), else None: all T
 
-    def predict(masked_input: Tensor, rows: Optional[Tensor], where: Tensor):
-        """Token, log-prob and confidence, n x L each, valid where ``where`` is True."""
-        if options.sparse_step:
+    def predict(masked_input: Tensor, rows: Optional[Tensor], where: Tensor, given=None):
+        """Token, log-prob and confidence, n x L each, valid where ``where`` is True;
+        ``given`` (n x L x V) scores the positions instead of the step."""
+        if given is not None:
+            logprobs = given.float()[where]  # M x V
+        elif options.sparse_step:
             logprobs = step(masked_input, rows, where).float()  # M x V
         else:
             logprobs = step(masked_input, rows).float()[where]  # M x V
@@ -206,7 +218,12 @@ def mask_predict(
         out_lp = torch.zeros_like(where, dtype=best_lp.dtype).masked_scatter(where, best_lp)
         return out_tokens, out_lp, out_lp.new_zeros(where.shape).masked_scatter(where, conf)
 
-    tokens_pred, token_logprobs, conf = predict(tokens, None, free)
+    if first_pass is not None and first_pass.shape[:2] != tokens.shape:
+        raise ValueError(
+            f"the draft's scores are {tuple(first_pass.shape[:2])} positions, the "
+            f"targets {tuple(tokens.shape)}"
+        )
+    tokens_pred, token_logprobs, conf = predict(tokens, None, free, first_pass)  # a draft: no step
     tokens = torch.where(free, tokens_pred, tokens)  # N x L, given tokens and pad kept
     token_logprobs = token_logprobs.masked_fill(~free, 0.0)  # N x L
     ranking = rule.first_ranking(conf, token_logprobs, free)  # N x L each

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cmlm_decoding import (
     MaskPredictOptions,
     OptionError,
+    initial_tokens,
     length_candidates,
     linear_remask_count,
     mask_predict,
@@ -195,6 +196,48 @@ def test_mask_predict_single_pass():
     result = mask_predict(model, torch.tensor([5, 2]), MASK, PAD, MaskPredictOptions(num_passes=1))
     assert len(model.calls) == 1
     assert result.steps.tolist() == [1, 1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 15), min_size=1, max_size=6),
+    st.integers(1, 6),
+    st.booleans(),
+    st.integers(0, 1000),
+)
+def test_a_draft_stands_for_the_first_pass(lengths, passes, force, seed):
+    """``first_pass`` (another decoder's scores, e.g. a CTC pass's): pass 1 reads them
+    instead of calling the step, and the passes after it are those of a step whose first
+    call had returned them."""
+    lengths = torch.tensor(lengths)
+    masks = initial_tokens(lengths, MASK, PAD)  # N x L
+    draft = FakeModel(len(lengths), masks.size(1), seed=seed + 1)(masks, None)  # N x L x V
+    options = MaskPredictOptions(num_passes=passes, force_max_iter=force)
+    model = FakeModel(len(lengths), masks.size(1), seed=seed)
+    result = mask_predict(model, lengths, MASK, PAD, options, first_pass=draft)
+    assert len(model.calls) <= passes - 1
+    assert all(not tokens.eq(MASK).all() for tokens, _ in model.calls)  # no all-mask pass
+
+    replay = FakeModel(len(lengths), masks.size(1), seed=seed)
+    calls = []
+
+    def drafted(tokens, rows):
+        calls.append(rows)
+        return draft if len(calls) == 1 else replay(tokens, rows)
+
+    expected = mask_predict(drafted, lengths, MASK, PAD, options)
+    assert torch.equal(result.tokens, expected.tokens)
+    assert torch.equal(result.steps, expected.steps)
+    torch.testing.assert_close(result.scores, expected.scores)
+    if passes == 1:  # the draft's best symbols, unchanged
+        real = masks.eq(MASK)
+        assert torch.equal(result.tokens[real], draft.argmax(dim=-1)[real])
+
+
+def test_a_draft_of_the_wrong_shape_is_refused():
+    lengths = torch.tensor([3, 2])
+    with pytest.raises(ValueError, match="the draft's scores are"):
+        mask_predict(FakeModel(2, 4), lengths, MASK, PAD, first_pass=torch.zeros(2, 4, VOCAB))
 
 
 def test_early_exit_gives_the_same_output_with_fewer_calls():

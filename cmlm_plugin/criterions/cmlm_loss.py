@@ -21,7 +21,10 @@ The model returns a dict of terms (``{"word_ins": ..., "length": ...}``) and thi
 criterion sums them. A model trained with CTC (``--ctc-upsample``, ``models/ctc.py``)
 returns its ``word_ins`` term as a summed loss over ``count`` target tokens; the update is
 then normalised by the number of target tokens, and ``--label-smoothing`` does not
-apply to it.
+apply to it. With ``--ctc-cmlm-weight W`` the model adds a ``cmlm`` term, the
+label-smoothed loss of its masked positions, which enters the sum with weight W (the
+update still normalised by the target tokens; Mask-CTC, Higuchi et al. 2020, weights
+CTC 0.3 and the masked loss 0.7, each normalised its own way).
 """
 
 import math
@@ -75,7 +78,7 @@ class CMLMPluginLoss(FairseqCriterion):
             raise CMLMPluginError(f"--label-smoothing must be in [0, 1), got {label_smoothing}")
         if length_loss_factor < 0:
             raise CMLMPluginError(f"--length-loss-factor must be >= 0, got {length_loss_factor}")
-        self.smoothing = {"word_ins": label_smoothing}
+        self.smoothing = {"word_ins": label_smoothing, "cmlm": label_smoothing}
         self.factors = {"length": length_loss_factor}
 
     def forward(self, model, sample, reduce=True):
@@ -112,9 +115,12 @@ class CMLMPluginLoss(FairseqCriterion):
                 loss, nll = smoothed_nll(
                     term["out"], term["tgt"], self.smoothing.get(name, 0.0), weights.get(name)
                 )
-            total = total + self.factors.get(name, 1.0) * loss
+            weight = self.factors.get(name, 1.0) * term.get("weight", 1.0)
+            total = total + weight * loss
             logging_output[f"{name}_loss"] = loss.detach()
             logging_output[f"{name}_nll"] = nll.detach()
+        if "cmlm" in terms:  # Mask-CTC: the masked positions of the CMLM term
+            logging_output["cmlm_masked"] = int(terms["cmlm"]["tgt"].numel())
         logging_output.update(
             loss=total.detach(),
             masked=masked,
@@ -149,6 +155,13 @@ class CMLMPluginLoss(FairseqCriterion):
             nsentences,
             round=3,
         )
+        if total("cmlm_masked"):  # --ctc-cmlm-weight: the CMLM term per masked token
+            metrics.log_scalar(
+                "cmlm_nll_loss",
+                total("cmlm_nll") / total("cmlm_masked") / math.log(2),
+                total("cmlm_masked"),
+                round=3,
+            )
         metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
         metrics.log_scalar("masked_ratio", total("masked") / max(ntokens, 1), ntokens, round=3)
 

@@ -6,37 +6,68 @@ blank), repeats are merged and blanks dropped (Graves et al., 2006, best-path de
 ``--ctc-blank-penalty P`` first lowers the blank's log-probability by P, a length
 control of this plugin, not of the papers. A hypothesis's score is the mean
 log-probability of its canvas path (the penalty included), its positional scores the
-log-probabilities of the output symbols. There are no length candidates and no later
-passes: ``--iter-decode-max-iter`` must be 1 and ``--iter-decode-with-beam`` 1.
+log-probabilities of the output symbols. There are no length candidates:
+``--iter-decode-with-beam`` must be 1.
+
+Refinement (Mask-CTC, Higuchi et al., Interspeech 2020): a model trained with
+``--ctc-cmlm-weight`` also reads masked targets, so ``--iter-decode-max-iter T > 1``
+takes the CTC output as Mask-Predict's first pass (its tokens, and the distribution of
+the canvas position each token came from as their scores) and runs passes 2 .. T at the
+CTC output's length with the task's re-masking options (the paper's linear decay by
+default). Mask-CTC instead masks the tokens below a probability threshold once and
+fills them easy-first; the linear decay keeps T's meaning the same as for a CMLM. A
+sentence whose CTC output is empty stays empty. A model trained with CTC only decodes
+in one pass.
 """
+
+from typing import Optional
 
 import torch
 
-from cmlm_decoding import DecodeResult
+from cmlm_decoding import DecodeResult, MaskPredictOptions, mask_predict
 
 from ..errors import CMLMPluginError
 from ..models.ctc import collapse
 from ..models.inference import inference_path
-from .generator import LengthBeamGenerator
+from .generator import LengthBeamGenerator, mask_predict_options
 from .hypotheses import hypotheses
+from .step import DecoderStep, refuse_nonfinite
 
 
 class CTCGenerator(LengthBeamGenerator):
-    """Best-path CTC decoding of a ``--ctc-upsample`` model, one decoder pass."""
+    """Best-path CTC decoding of a ``--ctc-upsample`` model, one decoder pass, then with
+    ``refine`` (Mask-Predict options, T > 1) passes 2 .. T of Mask-Predict."""
 
     def __init__(
-        self, tgt_dict, max_iter: int, beam_size: int, decoder_impl="fast", blank_penalty=0.0
+        self,
+        tgt_dict,
+        max_iter: int,
+        beam_size: int,
+        decoder_impl="fast",
+        blank_penalty=0.0,
+        refine: Optional[MaskPredictOptions] = None,
     ):
-        if max_iter != 1 or beam_size != 1:
+        if beam_size != 1 or (max_iter != 1 and refine is None):
             raise CMLMPluginError(
                 "this model was trained with CTC (--ctc-upsample): it decodes in one pass "
                 "over its own canvas, without length candidates; use --iter-decode-max-iter 1 "
-                f"--iter-decode-with-beam 1 (got {max_iter} and {beam_size})"
+                f"--iter-decode-with-beam 1 (got {max_iter} and {beam_size}), or train with "
+                "--ctc-cmlm-weight to refine its output with more passes"
             )
-        super().__init__(tgt_dict, 1, False, decoder_impl)
-        self.max_iter = 1
+        super().__init__(tgt_dict, 1, False if refine is None else refine.retain_history,
+                         decoder_impl)  # fmt: skip
+        self.refine = refine
+        self.max_iter = 1 if refine is None else refine.num_passes
         self.banned = sorted({self.pad, tgt_dict.bos(), self.eos})  # the mask is the blank
         self.blank_penalty = blank_penalty  # --ctc-blank-penalty
+
+    def check_models(self, models) -> None:
+        super().check_models(models)
+        if self.refine is not None and not getattr(models[0], "ctc_cmlm_weight", 0.0):
+            raise CMLMPluginError(
+                "this model was trained with CTC only (no --ctc-cmlm-weight), so it cannot "
+                "refine its output: decode with --iter-decode-max-iter 1"
+            )
 
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **unused):
@@ -74,12 +105,42 @@ class CTCGenerator(LengthBeamGenerator):
             token_logprobs=positional[:, :width],
             scores=scores,
             steps=torch.ones_like(lengths),
-            history=[],
+            history=[output[:, :width]] if self.retain_history else [],
         )
+        if self.refine is not None:
+            draft = lprobs.gather(1, order[:, :width, None].expand(-1, -1, lprobs.size(-1)))
+            result = self.refined(path, encoder_out, result, draft, kept.sum(dim=1), sample)
         source_pad, source_eos = self.source_symbols
         no_source = (src_tokens.ne(source_pad) & src_tokens.ne(source_eos)).sum(dim=1).eq(0)  # B
         best_rows = torch.arange(canvas.size(0), device=device)
-        return hypotheses(result, best_rows, no_source, self.pad, self.eos, False)
+        return hypotheses(result, best_rows, no_source, self.pad, self.eos, self.retain_history)
+
+    def refined(self, path, encoder_out, draft: DecodeResult, scores, lengths, sample):
+        """Mask-Predict passes 2 .. T over the CTC output ``draft`` (``B x W``).
+
+        ``scores`` (``B x W x V``) are the canvas log-probabilities of each output token's
+        position, left-aligned as the tokens; ``lengths`` ``(B,)`` the output lengths.
+        Rows with an empty output keep it.
+        """
+        rows = lengths.gt(0).nonzero().squeeze(1)  # n, sentences with a draft
+        if rows.numel() == 0:
+            return draft
+        banned = torch.tensor(sorted({*self.banned, self.mask}), device=rows.device)
+        step = DecoderStep(path, path.start(encoder_out, rows), rows.numel(), banned,
+                           normalize=True)  # fmt: skip
+        first = scores[rows].index_fill(-1, banned, float("-inf"))  # n x W x V, the draft
+        out = mask_predict(step, lengths[rows], self.mask, self.pad, self.refine, first_pass=first)
+        bad = torch.zeros_like(lengths, dtype=torch.bool).index_copy(0, rows, step.nonfinite)
+        refuse_nonfinite(bad, sample)  # B
+        # out's rows are as wide as the longest draft: W
+        history = [draft.tokens.index_copy(0, rows, h) for h in out.history[1:]]  # passes 2..T
+        return DecodeResult(
+            tokens=draft.tokens.index_copy(0, rows, out.tokens),  # B x W
+            token_logprobs=draft.token_logprobs.index_copy(0, rows, out.token_logprobs),
+            scores=draft.scores.index_copy(0, rows, out.scores),
+            steps=draft.steps.index_copy(0, rows, out.steps),
+            history=draft.history + history,
+        )
 
 
 def uses_ctc(models) -> bool:
@@ -90,12 +151,14 @@ def uses_ctc(models) -> bool:
 def build_ctc_generator(tgt_dict, src_dict, models, args, task_cfg) -> CTCGenerator:
     """The generator of a CTC model, its flags checked before the first batch."""
     check_ctc_options(task_cfg)
+    max_iter = getattr(args, "iter_decode_max_iter", 10)
     generator = CTCGenerator(
         tgt_dict,
-        getattr(args, "iter_decode_max_iter", 10),
+        max_iter,
         getattr(args, "iter_decode_with_beam", 1),
         decoder_impl=getattr(task_cfg, "decoder_impl", "fast"),
         blank_penalty=getattr(task_cfg, "ctc_blank_penalty", 0.0),
+        refine=mask_predict_options(args, task_cfg) if max_iter > 1 else None,
     )
     generator.source_symbols = (src_dict.pad(), src_dict.eos())
     generator.check_models(models)

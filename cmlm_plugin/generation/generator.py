@@ -307,30 +307,7 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
             decoder_impl=impl,
         )
     else:
-        options = build_options(
-            MaskPredictOptions,
-            MASK_PREDICT_FLAGS,
-            num_passes=max_iter,
-            force_max_iter=getattr(args, "iter_decode_force_max_iter", False),
-            retain_history=history,
-            schedule=task_cfg.remask_schedule,
-            ratio=task_cfg.remask_ratio,
-            confidence=task_cfg.remask_confidence,
-            calibration_temperature=task_cfg.calibration_temperature,
-            monotone=task_cfg.monotone,
-            sparse_step=True,
-            beam=beam,
-            prune_after=task_cfg.length_prune_after,
-            prune_keep=task_cfg.length_prune_keep,
-            stop_unchanged=getattr(task_cfg, "stop_unchanged", False),
-            adaptive_passes=getattr(task_cfg, "adaptive_passes", None),
-            remask_regions=getattr(task_cfg, "remask_regions", 1),
-        )
-        if options.force_max_iter and options.stop_unchanged:
-            raise CMLMPluginError(
-                "--stop-unchanged stops sentences early and --iter-decode-force-max-iter "
-                "forbids it: drop one of them"
-            )
+        options = mask_predict_options(args, task_cfg)
         generator = MaskPredictGenerator(tgt_dict, options, decoder_impl=impl)
     if getattr(task_cfg, "ctc_blank_penalty", 0.0):  # a CTC model gets ctc_generator's
         raise CMLMPluginError(
@@ -348,3 +325,32 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
     if models:
         generator.check_models(models)
     return generator
+
+
+def mask_predict_options(args, task_cfg) -> MaskPredictOptions:
+    """The Mask-Predict options of fairseq's generation args and the task's flags, checked."""
+    options = build_options(
+        MaskPredictOptions,
+        MASK_PREDICT_FLAGS,
+        num_passes=getattr(args, "iter_decode_max_iter", 10),
+        force_max_iter=getattr(args, "iter_decode_force_max_iter", False),
+        retain_history=getattr(args, "retain_iter_history", False),
+        schedule=task_cfg.remask_schedule,
+        ratio=task_cfg.remask_ratio,
+        confidence=task_cfg.remask_confidence,
+        calibration_temperature=task_cfg.calibration_temperature,
+        monotone=task_cfg.monotone,
+        sparse_step=True,
+        beam=getattr(args, "iter_decode_with_beam", 1),
+        prune_after=task_cfg.length_prune_after,
+        prune_keep=task_cfg.length_prune_keep,
+        stop_unchanged=getattr(task_cfg, "stop_unchanged", False),
+        adaptive_passes=getattr(task_cfg, "adaptive_passes", None),
+        remask_regions=getattr(task_cfg, "remask_regions", 1),
+    )
+    if options.force_max_iter and options.stop_unchanged:
+        raise CMLMPluginError(
+            "--stop-unchanged stops sentences early and --iter-decode-force-max-iter "
+            "forbids it: drop one of them"
+        )
+    return options

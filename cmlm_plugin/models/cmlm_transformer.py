@@ -12,7 +12,9 @@ The model owns one step (its inference paths: ``models.inference``); the loops l
 ``cmlm_decoding``.
 ``forward`` returns a dict of loss terms that the criterion sums. With
 ``--ctc-upsample R`` the decoder is trained with CTC on a canvas of R times the source
-length instead (``ctc.py``) and decodes in one pass.
+length instead (``ctc.py``) and decodes in one pass; ``--ctc-cmlm-weight W`` adds the
+CMLM loss on the masked target (weight W) so that the same decoder can refine its CTC
+output with Mask-Predict (Mask-CTC, Higuchi et al., Interspeech 2020).
 """
 
 from typing import Dict, Optional, Tuple
@@ -71,6 +73,13 @@ class CMLMPluginModel(TransformerModel):
                 f"--ctc-upsample must be >= 0 (0: the CMLM objective; 2 or 3 for CTC), "
                 f"got {self.ctc_upsample}"
             )
+        self.ctc_cmlm_weight = getattr(args, "ctc_cmlm_weight", 0.0) or 0.0  # 0: CTC only
+        if self.ctc_cmlm_weight < 0 or (self.ctc_cmlm_weight and not self.ctc_upsample):
+            raise CMLMPluginError(
+                "--ctc-cmlm-weight adds the CMLM loss to a CTC model: it must be >= 0 and "
+                f"needs --ctc-upsample (got {self.ctc_cmlm_weight} with --ctc-upsample "
+                f"{self.ctc_upsample})"
+            )
         self.length_head = LengthHead(
             args.encoder_embed_dim, args.length_classes, offset=args.length_offset
         )
@@ -115,11 +124,20 @@ class CMLMPluginModel(TransformerModel):
             "a model decodes in one pass, without the length head",
         )
         parser.add_argument(
+            "--ctc-cmlm-weight",
+            type=float,
+            metavar="W",
+            help="with --ctc-upsample: also train the CMLM objective on the masked target, "
+            "its loss weighted W against CTC's (0: CTC only), so that the model can refine "
+            "its CTC output with Mask-Predict (--iter-decode-max-iter T > 1; Mask-CTC)",
+        )
+        parser.add_argument(
             "--ctc-canvas",
             choices=CANVASES,
             help="decoder input of CTC training and decoding: <mask> at every position "
-            "(mask) or each source token repeated R times (source, the default: a uniform "
-            "copy of the source as in Gu et al. 2018; needs a joined dictionary)",
+            "(mask; the default with --ctc-cmlm-weight) or each source token repeated R "
+            "times (source, the default otherwise: a uniform copy of the source as in Gu et "
+            "al. 2018; needs a joined dictionary)",
         )
         parser.add_argument(
             "--length-offset",
@@ -228,7 +246,15 @@ class CMLMPluginModel(TransformerModel):
         padding_mask = encoder_out["encoder_padding_mask"][0]  # B x S
         length_logits = self.length_logits(encoder_out)  # B x C
         if self.ctc_upsample:
-            return self.ctc_forward(src_tokens, encoder_out, length_logits, tgt_tokens, revise)
+            terms = self.ctc_forward(src_tokens, encoder_out, length_logits, tgt_tokens, revise)
+            if self.ctc_cmlm_weight and tgt_tokens is not None:  # Mask-CTC's joint loss
+                masked = prev_output_tokens.eq(self.mask_idx)  # B x T
+                terms["cmlm"] = {
+                    "out": self.decoder_logits(prev_output_tokens, encoder_out, masked),  # M x V
+                    "tgt": tgt_tokens[masked],  # M
+                    "weight": self.ctc_cmlm_weight,
+                }
+            return terms
         loss_positions = prev_output_tokens.eq(self.mask_idx)  # B x T
         if revise is not None:
             predicted = self.first_pass(prev_output_tokens, encoder_out)  # B x T
@@ -344,7 +370,9 @@ def _cmlm_defaults(args):
     args.decoder_frame = getattr(args, "decoder_frame", None) or "none"
     args.length_source = getattr(args, "length_source", None) or "mean-pool"
     args.ctc_upsample = getattr(args, "ctc_upsample", None) or 0
-    args.ctc_canvas = getattr(args, "ctc_canvas", None) or "source"
+    args.ctc_cmlm_weight = getattr(args, "ctc_cmlm_weight", None) or 0.0
+    joint = "mask" if args.ctc_cmlm_weight else "source"  # the canvas a joint model learns on
+    args.ctc_canvas = getattr(args, "ctc_canvas", None) or joint
     base_architecture(args)
 
 

@@ -16,7 +16,9 @@ Helcl split projected encoder states instead. The decoder embeds the source ids 
 shared embedding table, so the dictionary must be joined. Or ``<mask>`` at
 every position, Mask-Predict's first-pass input (mask insertion, as in Syu et al.,
 2023). On the tests' toy transduction the source canvas was learnt in 600 updates
-(BLEU 98.3) and the mask canvas not at all (BLEU 0.0, 2026-12-03, docs/training.md).
+(BLEU 98.3) and the mask canvas not at all (BLEU 0.0, 2026-12-03, docs/training.md);
+trained with the CMLM loss as well (``--ctc-cmlm-weight``, Mask-CTC) the mask canvas is
+learnt and is that model's default.
 The blank is the ``<mask>`` symbol's output class, which no reference token uses, so
 the dictionary and the embeddings stay those of a CMLM.
 
