@@ -63,7 +63,7 @@ class CTCGenerator(LengthBeamGenerator):
 
     def check_models(self, models) -> None:
         super().check_models(models)
-        if self.refine is not None and not getattr(models[0], "ctc_cmlm_weight", 0.0):
+        if self.refine is not None and not models[0].ctc_cmlm_weight:
             raise CMLMPluginError(
                 "this model was trained with CTC only (no --ctc-cmlm-weight), so it cannot "
                 "refine its output: decode with --iter-decode-max-iter 1"
