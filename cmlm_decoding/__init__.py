@@ -13,6 +13,7 @@ from .contract import DecodeResult, OptionError, Step, initial_tokens
 from .diffusion import DiffusionOptions, diffusion_sample
 from .length_beam import length_candidates, select_best
 from .mask_predict import MaskPredictOptions, mask_predict
+from .pseudo_likelihood import pseudo_log_likelihood
 from .sampling import choose_tokens, confidence, guided_logits
 from .schedules import (
     adaptive_pass_budget,
@@ -37,6 +38,7 @@ __all__ = [
     "length_candidates",
     "linear_remask_count",
     "mask_predict",
+    "pseudo_log_likelihood",
     "remask_count_per_row",
     "select_best",
     "select_lowest",

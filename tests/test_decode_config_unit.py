@@ -24,17 +24,19 @@ def configs(draw):
     beams = draw(counts)
     prior = draw(st.just(0.0) | st.floats(0, 100))
     shift = draw(st.just(0) | st.integers(-50, 50))
+    pll = draw(st.just(0) | counts)
     if draw(st.booleans()):  # Mask-Predict
         return dc.DecodeConfig(passes=draw(counts), length_beams=beams, impl=impl,
                                prune_after=draw(maybe(counts)),
                                stop_unchanged=draw(st.booleans()), length_prior=prior,
-                               length_shift=shift,
+                               length_shift=shift, pll_groups=pll,
                                blank_penalty=draw(st.just(0.0) | st.floats(0, 100)),
                                adaptive_passes=draw(maybe(st.integers(0, 20))),
                                regions=draw(counts))  # fmt: skip
     threshold = draw(maybe(st.floats(0, 1, exclude_min=True)))
     return dc.DecodeConfig(steps=draw(counts), length_beams=beams, impl=impl, length_prior=prior,
-                           length_shift=shift, block_length=draw(maybe(counts)), threshold=threshold)  # fmt: skip
+                           length_shift=shift, pll_groups=pll, block_length=draw(maybe(counts)),
+                           threshold=threshold)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -73,6 +75,9 @@ def test_mask_predict_flags():
     assert str(dc.parse("T=10,l=5,shift=+1")) == "T=10,l=5,shift=1"
     assert not dc.parse("T=10,l=5,shift=1").fairseq_comparable
     assert dc.parse("T=10,shift=0") == dc.parse("T=10")  # no shift: the paper's candidates
+    assert flags("T=10,l=5,pll=2")[4:] == ["--pll-rerank", "2"]
+    assert flags("S=8,l=3,pll=3")[-2:] == ["--pll-rerank", "3"]
+    assert not dc.parse("T=10,l=5,pll=2").fairseq_comparable
     assert flags("T=1,l=1,blank=1.5")[4:] == ["--ctc-blank-penalty", "1.5"]
     assert dc.parse("T=1,blank=0") == dc.parse("T=1")  # no penalty: the plain best path
     assert not dc.parse("T=1,blank=1").fairseq_comparable
@@ -141,6 +146,8 @@ def test_canonical_form_and_defaults():
         ("T=1,shift=", "shift= needs a whole number"),
         ("T=1,ap=-1", "ap=-1 needs a whole number >= 0"),
         ("T=1,regions=0", "regions=0 needs a whole number >= 1"),
+        ("T=1,pll=0", "pll=0 needs a whole number >= 1"),
+        ("T=1,pll=-2", "pll=-2 needs a whole number"),
         ("S=2,ap=1", "key 'ap' applies only to T= (Mask-Predict)"),
     ],
 )
@@ -151,7 +158,7 @@ def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
     assert "\n" not in message and message.startswith(f"bad decoding config {text!r}: ")
     assert problem in message
     assert (
-        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, shift=K, "
+        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, "
         "blank=P, impl=fast|int8|compiled|modules" in message
     )
 

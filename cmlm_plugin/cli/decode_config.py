@@ -10,13 +10,13 @@ A configuration is comma-separated ``key=value`` items (order free, each key onc
 Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (``--decoding
 diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
 ``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast), ``lp=W`` (``--length-prior-weight``,
-W >= 0, default 0) and ``shift=K`` (``--length-shift``, a whole number, may be negative, default
-0) apply to both; ``blank=P`` (``--ctc-blank-penalty P``, P >= 0, for CTC models, whose
+W >= 0, default 0), ``shift=K`` (``--length-shift``, a whole number, may be negative, default
+0) and ``pll=G`` (``--pll-rerank G``, G >= 1) apply to both; ``blank=P`` (``--ctc-blank-penalty P``, P >= 0, for CTC models, whose
 configuration is ``T=1,l=1``, or ``T=N,l=1`` for one trained with ``--ctc-cmlm-weight``), ``prune=K``
 (``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``), ``ap=C``
 (``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
 <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune, stop,
-ap, regions, lp, shift, blank, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
+ap, regions, lp, shift, pll, blank, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
 raises a one-line ``CMLMPluginError`` naming the bad key and the allowed ones.
 """
 
@@ -41,6 +41,7 @@ KEYS = (
     "regions",
     "lp",
     "shift",
+    "pll",
     "blank",
     "impl",
 )  # the canonical order
@@ -66,6 +67,7 @@ class DecodeConfig:
     regions: int = 1  # regions (Mask-Predict): --remask-regions
     length_prior: float = 0.0  # lp: --length-prior-weight
     length_shift: int = 0  # shift: --length-shift
+    pll_groups: int = 0  # pll: --pll-rerank (0: off)
     blank_penalty: float = 0.0  # blank: --ctc-blank-penalty (CTC models)
     impl: str = "fast"
 
@@ -87,6 +89,7 @@ class DecodeConfig:
             and not self.stop_unchanged
             and not self.length_prior
             and not self.length_shift
+            and not self.pll_groups
             and not self.blank_penalty
             and self.adaptive_passes is None
             and self.regions == 1
@@ -115,6 +118,8 @@ class DecodeConfig:
             out.append(f"lp={self.length_prior!r}")
         if self.length_shift:
             out.append(f"shift={self.length_shift}")
+        if self.pll_groups:
+            out.append(f"pll={self.pll_groups}")
         if self.blank_penalty:
             out.append(f"blank={self.blank_penalty!r}")
         if self.impl != "fast":
@@ -152,6 +157,8 @@ class DecodeConfig:
             out += ["--length-prior-weight", repr(self.length_prior)]
         if self.length_shift:
             out += ["--length-shift", str(self.length_shift)]
+        if self.pll_groups:
+            out += ["--pll-rerank", str(self.pll_groups)]
         if self.blank_penalty:
             out += ["--ctc-blank-penalty", repr(self.blank_penalty)]
         if self.impl != "fast":
@@ -163,7 +170,7 @@ class DecodeConfig:
         if not self.fairseq_comparable:
             raise CMLMPluginError(
                 f"decoding config {self}: fairseq's generator runs only T= and l= "
-                "(no S, prune, stop, ap, regions, lp, shift or blank)"
+                "(no S, prune, stop, ap, regions, lp, shift, pll or blank)"
             )
         return [
             "--iter-decode-max-iter",
@@ -176,7 +183,7 @@ class DecodeConfig:
 def _error(text: str, problem: str) -> CMLMPluginError:
     return CMLMPluginError(
         f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
-        f"prune=N, stop, ap=C, regions=K, lp=W, shift=K, blank=P, impl={'|'.join(IMPLS)}; "
+        f"prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, blank=P, impl={'|'.join(IMPLS)}; "
         "e.g. T=10,l=5 or S=10,b=4)"
     )
 
@@ -223,7 +230,12 @@ def parse(text: str) -> DecodeConfig:
     for key, name in (("T", "passes"), ("S", "steps"), ("l", "length_beams")):
         if key in values:
             config[name] = _count(text, key, values[key])
-    for key, name in (("b", "block_length"), ("prune", "prune_after"), ("regions", "regions")):
+    for key, name in (
+        ("b", "block_length"),
+        ("prune", "prune_after"),
+        ("regions", "regions"),
+        ("pll", "pll_groups"),
+    ):
         if key in values:
             config[name] = _count(text, key, values[key])
     if "ap" in values:

@@ -174,6 +174,7 @@ def check_ctc_options(task_cfg) -> None:
             ("--rerank-with", getattr(task_cfg, "rerank_with", None)),
             ("--length-shift", getattr(task_cfg, "length_shift", 0)),
             ("--length-prior-weight", getattr(task_cfg, "length_prior_weight", 0.0)),
+            ("--pll-rerank", getattr(task_cfg, "pll_rerank", 0)),
         )
         if value
     ]

@@ -5,8 +5,9 @@ encodes each source once through the model's inference path (``models.inference`
 proposes the top-l lengths of the length head, starts the decoder state of the l
 candidates (no second encoder pass), hands a ``DecoderStep`` to the pure-torch loop of
 ``cmlm_decoding``, keeps each sentence's candidate with the highest mean
-log-probability (with the task's ``--rerank-with``, the one an autoregressive model
-scores best: ``rerank``) and returns fairseq's hypothesis dicts (``hypotheses``).
+log-probability (with the task's ``--pll-rerank``, the highest masked
+pseudo-log-likelihood under the same model: ``cmlm_decoding.pseudo_likelihood``; with
+``--rerank-with``, the one an autoregressive model scores best: ``rerank``) and returns fairseq's hypothesis dicts (``hypotheses``).
 
 Flags (fairseq's generation options, with the paper's meaning):
 ``--iter-decode-max-iter T`` decoder passes (T = 1: single-pass NAT; also the
@@ -22,6 +23,8 @@ Infilling (``templates``): a target template per sentence fixes the target lengt
 the given tokens; only its ``<mask>`` positions are generated.
 """
 
+import sys
+
 import torch
 
 from cmlm_decoding import (
@@ -32,6 +35,7 @@ from cmlm_decoding import (
     initial_tokens,
     length_candidates,
     mask_predict,
+    pseudo_log_likelihood,
     select_best,
 )
 
@@ -105,6 +109,7 @@ class LengthBeamGenerator:
         self.normalize_before_ban = False
         self.length_prior_weight = 0.0  # --length-prior-weight: 0 is the paper's selection
         self.length_shift = 0  # --length-shift: pieces added to every length candidate
+        self.pll_groups = 0  # --pll-rerank: candidates ranked by pseudo-log-likelihood (0: off)
         self.reranker = None  # --rerank-with: an AR model rescoring the candidates (rerank.py)
         self.rerank_weight = 1.0  # --rerank-weight: the AR score's share
 
@@ -187,6 +192,9 @@ class LengthBeamGenerator:
         result = self.decode(step, lengths, template)
         refuse_nonfinite(step.nonfinite.view(num_sentences, beam).any(dim=1), sample)
         scores = result.scores  # N
+        if self.pll_groups:  # --pll-rerank G: G more passes over the candidates
+            pll = pseudo_log_likelihood(step, result.tokens, self.mask, self.pad, self.pll_groups)
+            scores = pll.masked_fill(scores == float("-inf"), float("-inf"))  # pruned stay out
         if self.length_prior_weight:  # the length head's belief as a prior over candidates
             scores = scores + self.length_prior_weight * length_logprobs.reshape(-1).float()
         if self.reranker is not None:  # one teacher-forced AR pass over the N candidates
@@ -319,12 +327,29 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
         raise CMLMPluginError(f"--length-prior-weight must be >= 0, got {weight}")
     generator.length_prior_weight = weight
     generator.length_shift = getattr(task_cfg, "length_shift", 0)
+    generator.pll_groups = check_pll_groups(getattr(task_cfg, "pll_rerank", 0), generator.beam_size)
     generator.reranker = build_reranker(task_cfg, src_dict, tgt_dict, generator.beam_size)
     generator.rerank_weight = getattr(task_cfg, "rerank_weight", 1.0)
     generator.source_symbols = (src_dict.pad(), src_dict.eos())
     if models:
         generator.check_models(models)
     return generator
+
+
+def check_pll_groups(groups: int, beam: int) -> int:
+    """``--pll-rerank G`` checked: G >= 0; at l = 1 there is nothing to rank (a warning)."""
+    if groups < 0:
+        raise CMLMPluginError(f"--pll-rerank must be >= 0 (0: off), got {groups}")
+    if groups and beam < 2:
+        print(
+            f"cmlm_plugin warning: --pll-rerank {groups} has one candidate to rank at "
+            "--iter-decode-with-beam 1: outputs are unchanged; use --iter-decode-with-beam 2 "
+            "or more",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 0
+    return groups
 
 
 def mask_predict_options(args, task_cfg) -> MaskPredictOptions:

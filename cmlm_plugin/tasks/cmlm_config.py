@@ -179,6 +179,14 @@ class CMLMConfig(TranslationConfig):
             "short, as distilled students' become; fit K on the validation set"
         },
     )
+    pll_rerank: int = field(
+        default=0,
+        metadata={
+            "help": "rank the length candidates by their masked pseudo-log-likelihood under "
+            "the model, G more passes each masking every G-th position (0: off, the paper's "
+            "rule, mean log-probability of the decoding passes). Not in the paper"
+        },
+    )
     ctc_blank_penalty: float = field(
         default=0.0,
         metadata={
