@@ -9,15 +9,18 @@ A configuration is comma-separated ``key=value`` items (order free, each key onc
 
 Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (``--decoding
 diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
-``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast), ``lp=W`` (``--length-prior-weight``,
-W >= 0, default 0), ``shift=K`` (``--length-shift``, a whole number, may be negative, default
-0) and ``pll=G`` (``--pll-rerank G``, G >= 1) apply to both; ``blank=P`` (``--ctc-blank-penalty P``, P >= 0, for CTC models, whose
-configuration is ``T=1,l=1``, or ``T=N,l=1`` for one trained with ``--ctc-cmlm-weight``), ``prune=K``
-(``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``), ``ap=C``
-(``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``, 0 < X
-<= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune, stop,
-ap, regions, lp, shift, pll, blank, impl; defaults left out except l) and ``parse(str(config)) == config``. A bad configuration
-raises a one-line ``CMLMPluginError`` naming the bad key and the allowed ones.
+``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast), ``lp=W``
+(``--length-prior-weight``, W >= 0, default 0), ``shift=K`` (``--length-shift``, a whole
+number, may be negative, default 0) and ``pll=G`` (``--pll-rerank G``, G >= 1) apply to
+both; ``blank=P`` (``--ctc-blank-penalty P``, P >= 0, for CTC models, whose configuration is
+``T=1,l=1``, or ``T=N,l=1`` for one trained with ``--ctc-cmlm-weight``), ``prune=K``
+(``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``),
+``ap=C`` (``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to
+Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``,
+0 < X <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune,
+stop, ap, regions, lp, shift, pll, blank, impl; defaults left out except l) and
+``parse(str(config)) == config``. A bad configuration raises a one-line ``CMLMPluginError``
+naming the bad key and the allowed ones.
 """
 
 import argparse

@@ -7,7 +7,8 @@ candidates (no second encoder pass), hands a ``DecoderStep`` to the pure-torch l
 ``cmlm_decoding``, keeps each sentence's candidate with the highest mean
 log-probability (with the task's ``--pll-rerank``, the highest masked
 pseudo-log-likelihood under the same model: ``cmlm_decoding.pseudo_likelihood``; with
-``--rerank-with``, the one an autoregressive model scores best: ``rerank``) and returns fairseq's hypothesis dicts (``hypotheses``).
+``--rerank-with``, the one an autoregressive model scores best: ``rerank``) and returns
+fairseq's hypothesis dicts (``hypotheses``).
 
 Flags (fairseq's generation options, with the paper's meaning):
 ``--iter-decode-max-iter T`` decoder passes (T = 1: single-pass NAT; also the
