@@ -14,6 +14,7 @@ from .diffusion import DiffusionOptions, diffusion_sample
 from .length_beam import length_candidates, select_best
 from .mask_predict import MaskPredictOptions, mask_predict
 from .pseudo_likelihood import pseudo_log_likelihood
+from .repeats import collapse_repeats, repeat_positions
 from .sampling import choose_tokens, confidence, guided_logits
 from .schedules import (
     adaptive_pass_budget,
@@ -30,6 +31,7 @@ __all__ = [
     "Step",
     "adaptive_pass_budget",
     "choose_tokens",
+    "collapse_repeats",
     "confidence",
     "diffusion_sample",
     "fit_temperature",
@@ -40,6 +42,7 @@ __all__ = [
     "mask_predict",
     "pseudo_log_likelihood",
     "remask_count_per_row",
+    "repeat_positions",
     "select_best",
     "select_lowest",
     "select_lowest_by_region",

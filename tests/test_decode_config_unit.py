@@ -25,18 +25,19 @@ def configs(draw):
     prior = draw(st.just(0.0) | st.floats(0, 100))
     shift = draw(st.just(0) | st.integers(-50, 50))
     pll = draw(st.just(0) | counts)
+    collapse = draw(st.booleans())
     if draw(st.booleans()):  # Mask-Predict
         return dc.DecodeConfig(passes=draw(counts), length_beams=beams, impl=impl,
                                prune_after=draw(maybe(counts)),
                                stop_unchanged=draw(st.booleans()), length_prior=prior,
-                               length_shift=shift, pll_groups=pll,
+                               length_shift=shift, pll_groups=pll, collapse_repeats=collapse,
                                blank_penalty=draw(st.just(0.0) | st.floats(0, 100)),
                                adaptive_passes=draw(maybe(st.integers(0, 20))),
                                regions=draw(counts))  # fmt: skip
     threshold = draw(maybe(st.floats(0, 1, exclude_min=True)))
     return dc.DecodeConfig(steps=draw(counts), length_beams=beams, impl=impl, length_prior=prior,
-                           length_shift=shift, pll_groups=pll, block_length=draw(maybe(counts)),
-                           threshold=threshold)  # fmt: skip
+                           length_shift=shift, pll_groups=pll, collapse_repeats=collapse,
+                           block_length=draw(maybe(counts)), threshold=threshold)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -78,6 +79,8 @@ def test_mask_predict_flags():
     assert flags("T=10,l=5,pll=2")[4:] == ["--pll-rerank", "2"]
     assert flags("S=8,l=3,pll=3")[-2:] == ["--pll-rerank", "3"]
     assert not dc.parse("T=10,l=5,pll=2").fairseq_comparable
+    assert flags("T=10,l=5,pll=2,collapse")[4:] == ["--pll-rerank", "2", "--collapse-repeats"]
+    assert flags("S=8,collapse")[-1:] == ["--collapse-repeats"]
     assert flags("T=1,l=1,blank=1.5")[4:] == ["--ctc-blank-penalty", "1.5"]
     assert dc.parse("T=1,blank=0") == dc.parse("T=1")  # no penalty: the plain best path
     assert not dc.parse("T=1,blank=1").fairseq_comparable
@@ -101,7 +104,7 @@ def test_fairseq_gets_one_pass_less_and_only_t_and_l():
         "--iter-decode-max-iter", "9", "--iter-decode-with-beam", "5",
     ]  # fmt: skip
     assert dc.parse("S=10,l=2").baseline() == dc.parse("T=10,l=2")
-    for text in ("T=10,prune=1", "T=10,stop", "S=10"):
+    for text in ("T=10,prune=1", "T=10,stop", "T=10,collapse", "S=10"):
         assert not dc.parse(text).fairseq_comparable
         with pytest.raises(CMLMPluginError, match="fairseq's generator runs only"):
             dc.parse(text).fairseq_flags()
@@ -127,6 +130,7 @@ def test_canonical_form_and_defaults():
         ("T=1,S=2", "exactly one of T="),
         ("T", "key 'T' needs a value"),
         ("T=4,stop=1", "stop takes no value"),
+        ("T=4,collapse=1", "collapse takes no value"),
         ("T=0", "T=0 needs a whole number >= 1"),
         ("T=-1", "T=-1 needs a whole number"),
         ("T=2.5", "T=2.5 needs a whole number"),
@@ -159,7 +163,7 @@ def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
     assert problem in message
     assert (
         "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, "
-        "blank=P, impl=fast|int8|compiled|modules" in message
+        "collapse, blank=P, impl=fast|int8|compiled|modules" in message
     )
 
 

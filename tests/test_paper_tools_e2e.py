@@ -12,7 +12,7 @@ import shutil
 import sys
 
 import pytest
-from cli import hypotheses, invoke, run
+from cli import fails, hypotheses, invoke, run
 from conftest import N_TEST, ROOT
 
 TINY = [
@@ -132,6 +132,72 @@ def test_distill_replaces_training_targets_with_the_teachers(tiny_run, autoregre
         "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--cpu",
         "--save-dir", tmp_path / "student", "--no-save",
     )  # fmt: skip
+
+
+def read_nbest(generate_txt):
+    """``{id: [hypothesis pieces, best first]}`` and ``{id: original target}`` of a
+    fairseq-generate output."""
+    nbest, originals = {}, {}
+    for line in generate_txt.read_text().splitlines():
+        tag, _, rest = line.partition("\t")
+        if tag.startswith("H-"):
+            nbest.setdefault(int(tag[2:]), []).append(rest.split("\t", 1)[1])
+        elif tag.startswith("T-"):
+            originals[int(tag[2:])] = rest
+    return nbest, originals
+
+
+def test_distill_interpolation_keeps_the_hypothesis_closest_to_the_original(
+    tiny_run, autoregressive, tmp_path
+):
+    """INTERPOLATE=1: of the teacher's BEAM best, the target is the one of highest sentence
+    BLEU against the original target (Kim & Rush's sequence-level interpolation). The tiny
+    teacher's top hypothesis is its training target, so the test trains on targets replaced
+    by the teacher's third best: those are then the closest, not the top."""
+    from sacrebleu.metrics import BLEU
+
+    script, env = ROOT / "examples/translation/distill.sh", {"BEAM": "3", "INTERPOLATE": "1"}
+    first = tmp_path / "first"
+    shutil.copytree(tiny_run / "bin", first / "bin")
+    run("bash", script, first, autoregressive, env=env)
+    nbest, _ = read_nbest(tmp_path / "first-distill/text/generate-train.txt")
+    sources = (tiny_run / "raw/train.src").read_text().splitlines()
+    assert sorted(nbest) == list(range(len(sources))) and all(len(h) == 3 for h in nbest.values())
+    raw = tmp_path / "third"
+    raw.mkdir()
+    (raw / "train.src").write_text("\n".join(sources) + "\n")
+    (raw / "train.tgt").write_text("\n".join(nbest[i][2] for i in sorted(nbest)) + "\n")
+    run(
+        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+        "--trainpref", raw / "train", "--validpref", tiny_run / "raw/valid",
+        "--testpref", tiny_run / "raw/test", "--srcdict", tiny_run / "bin/dict.src.txt",
+        "--joined-dictionary", "--destdir", tmp_path / "second/bin", "--workers", "1",
+    )  # fmt: skip
+    out = run("bash", script, tmp_path / "second", autoregressive, env=env)
+    text = tmp_path / "second-distill/text"
+    nbest, originals = read_nbest(text / "generate-train.txt")
+    ids = sorted(i for i in nbest if any(h.strip() for h in nbest[i]))
+    targets = (text / "train.tgt").read_text().splitlines()
+    assert len(targets) == len(ids) >= 290
+
+    def plain(pieces):
+        return "".join(pieces.split()).replace("\u2581", " ").strip()
+
+    bleu = BLEU(effective_order=True)
+    for i, target in zip(ids, targets):
+        assert target in nbest[i]
+        ref = [plain(originals[i])]
+        scores = [bleu.sentence_score(plain(h), ref).score for h in nbest[i]]
+        assert bleu.sentence_score(plain(target), ref).score == max(scores)
+    changed = sum(target != nbest[i][0] for i, target in zip(ids, targets))
+    assert changed > len(ids) // 2  # mostly the third best: the original of this data
+    assert f"sequence-level interpolation: {changed} of {len(nbest)} targets" in out
+
+
+def test_distill_refuses_a_bad_interpolate_value(tiny_run, autoregressive, tmp_path):
+    script = ROOT / "examples/translation/distill.sh"
+    line = fails("bash", script, tiny_run, autoregressive, env={"INTERPOLATE": "yes"})
+    assert line.startswith("error: INTERPOLATE must be 0") and "got 'yes'" in line
 
 
 def test_decode_speed_benchmark_runs_side_by_side(tiny_run, fairseq_cmlm, autoregressive, tmp_path):

@@ -11,14 +11,15 @@ Exactly one of ``T=N`` (Mask-Predict, ``--iter-decode-max-iter N``) or ``S=N`` (
 diffusion --diffusion-steps N``). ``l=N`` (``--iter-decode-with-beam``, default 1) and
 ``impl=fast|int8|compiled|modules`` (``--decoder-impl``, default fast), ``lp=W``
 (``--length-prior-weight``, W >= 0, default 0), ``shift=K`` (``--length-shift``, a whole
-number, may be negative, default 0) and ``pll=G`` (``--pll-rerank G``, G >= 1) apply to
-both; ``blank=P`` (``--ctc-blank-penalty P``, P >= 0, for CTC models, whose configuration is
-``T=1,l=1``, or ``T=N,l=1`` for one trained with ``--ctc-cmlm-weight``), ``prune=K``
+number, may be negative, default 0), ``pll=G`` (``--pll-rerank G``, G >= 1) and
+``collapse`` (``--collapse-repeats``) apply to both; ``blank=P`` (``--ctc-blank-penalty P``,
+P >= 0, for CTC models, whose configuration is ``T=1,l=1``, or ``T=N,l=1`` for one trained
+with ``--ctc-cmlm-weight``), ``prune=K``
 (``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``),
 ``ap=C`` (``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to
 Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``,
 0 < X <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune,
-stop, ap, regions, lp, shift, pll, blank, impl; defaults left out except l) and
+stop, ap, regions, lp, shift, pll, collapse, blank, impl; defaults left out except l) and
 ``parse(str(config)) == config``. A bad configuration raises a one-line ``CMLMPluginError``
 naming the bad key and the allowed ones.
 """
@@ -45,11 +46,13 @@ KEYS = (
     "lp",
     "shift",
     "pll",
+    "collapse",
     "blank",
     "impl",
 )  # the canonical order
 MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions", "blank")
 DIFFUSION_ONLY = ("b", "c")
+SWITCHES = ("stop", "collapse")  # keys without a value
 _COUNT = re.compile(r"\d+")
 _SIGNED = re.compile(r"[+-]?\d+")
 _COMPACT = re.compile(r"\d+x\d+.*")
@@ -71,6 +74,7 @@ class DecodeConfig:
     length_prior: float = 0.0  # lp: --length-prior-weight
     length_shift: int = 0  # shift: --length-shift
     pll_groups: int = 0  # pll: --pll-rerank (0: off)
+    collapse_repeats: bool = False  # collapse: --collapse-repeats
     blank_penalty: float = 0.0  # blank: --ctc-blank-penalty (CTC models)
     impl: str = "fast"
 
@@ -93,6 +97,7 @@ class DecodeConfig:
             and not self.length_prior
             and not self.length_shift
             and not self.pll_groups
+            and not self.collapse_repeats
             and not self.blank_penalty
             and self.adaptive_passes is None
             and self.regions == 1
@@ -123,6 +128,8 @@ class DecodeConfig:
             out.append(f"shift={self.length_shift}")
         if self.pll_groups:
             out.append(f"pll={self.pll_groups}")
+        if self.collapse_repeats:
+            out.append("collapse")
         if self.blank_penalty:
             out.append(f"blank={self.blank_penalty!r}")
         if self.impl != "fast":
@@ -162,6 +169,8 @@ class DecodeConfig:
             out += ["--length-shift", str(self.length_shift)]
         if self.pll_groups:
             out += ["--pll-rerank", str(self.pll_groups)]
+        if self.collapse_repeats:
+            out.append("--collapse-repeats")
         if self.blank_penalty:
             out += ["--ctc-blank-penalty", repr(self.blank_penalty)]
         if self.impl != "fast":
@@ -173,7 +182,7 @@ class DecodeConfig:
         if not self.fairseq_comparable:
             raise CMLMPluginError(
                 f"decoding config {self}: fairseq's generator runs only T= and l= "
-                "(no S, prune, stop, ap, regions, lp, shift, pll or blank)"
+                "(no S, prune, stop, ap, regions, lp, shift, pll, collapse or blank)"
             )
         return [
             "--iter-decode-max-iter",
@@ -186,7 +195,8 @@ class DecodeConfig:
 def _error(text: str, problem: str) -> CMLMPluginError:
     return CMLMPluginError(
         f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
-        f"prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, blank=P, impl={'|'.join(IMPLS)}; "
+        "prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, collapse, blank=P, "
+        f"impl={'|'.join(IMPLS)}; "
         "e.g. T=10,l=5 or S=10,b=4)"
     )
 
@@ -219,8 +229,8 @@ def parse(text: str) -> DecodeConfig:
             raise _error(text, shown)
         if key in values:
             raise _error(text, f"key {key!r} given twice")
-        if (key == "stop") == bool(eq):
-            raise _error(text, "stop takes no value" if eq else f"key {key!r} needs a value")
+        if (key in SWITCHES) == bool(eq):
+            raise _error(text, f"{key} takes no value" if eq else f"key {key!r} needs a value")
         values[key] = value
     if ("T" in values) == ("S" in values):
         raise _error(text, "give exactly one of T= (Mask-Predict) or S= (diffusion)")
@@ -264,7 +274,9 @@ def parse(text: str) -> DecodeConfig:
         if values["impl"] not in IMPLS:
             raise _error(text, f"impl={values['impl']} is not one of {', '.join(IMPLS)}")
         config["impl"] = values["impl"]
-    return DecodeConfig(stop_unchanged="stop" in values, **config)
+    return DecodeConfig(
+        stop_unchanged="stop" in values, collapse_repeats="collapse" in values, **config
+    )
 
 
 def grid(passes: List[int], length_beams: List[int]) -> List[DecodeConfig]:

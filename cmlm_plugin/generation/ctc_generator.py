@@ -175,6 +175,7 @@ def check_ctc_options(task_cfg) -> None:
             ("--length-shift", getattr(task_cfg, "length_shift", 0)),
             ("--length-prior-weight", getattr(task_cfg, "length_prior_weight", 0.0)),
             ("--pll-rerank", getattr(task_cfg, "pll_rerank", 0)),
+            ("--collapse-repeats", getattr(task_cfg, "collapse_repeats", False)),
         )
         if value
     ]

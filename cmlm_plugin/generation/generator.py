@@ -7,8 +7,9 @@ candidates (no second encoder pass), hands a ``DecoderStep`` to the pure-torch l
 ``cmlm_decoding``, keeps each sentence's candidate with the highest mean
 log-probability (with the task's ``--pll-rerank``, the highest masked
 pseudo-log-likelihood under the same model: ``cmlm_decoding.pseudo_likelihood``; with
-``--rerank-with``, the one an autoregressive model scores best: ``rerank``) and returns
-fairseq's hypothesis dicts (``hypotheses``).
+``--rerank-with``, the one an autoregressive model scores best: ``rerank``), with
+``--collapse-repeats`` keeps each run of one token once (``cmlm_decoding.repeats``) and
+returns fairseq's hypothesis dicts (``hypotheses``).
 
 Flags (fairseq's generation options, with the paper's meaning):
 ``--iter-decode-max-iter T`` decoder passes (T = 1: single-pass NAT; also the
@@ -16,9 +17,10 @@ diffusion step count unless ``--diffusion-steps``); ``--iter-decode-with-beam l`
 length candidates; ``--iter-decode-force-max-iter`` spends all T passes on every
 sentence (with the task's ``--adaptive-passes``, all of each sentence's own T_i);
 ``--retain-iter-history`` and ``--print-step`` add the per-step outputs and the passes
-(diffusion: model calls, NFE) to the hypotheses. The task's ``--decoding`` and its options choose and tune the algorithm; ``build_generator``
-turns them into the core's options record (``MaskPredictOptions`` or
-``DiffusionOptions``), which checks every value once, at start-up.
+(diffusion: model calls, NFE) to the hypotheses. The task's ``--decoding`` and its options
+choose and tune the algorithm; ``build_generator`` turns them into the core's options
+record (``MaskPredictOptions`` or ``DiffusionOptions``), which checks every value once,
+at start-up.
 
 Infilling (``templates``): a target template per sentence fixes the target length and
 the given tokens; only its ``<mask>`` positions are generated.
@@ -32,6 +34,7 @@ from cmlm_decoding import (
     DiffusionOptions,
     MaskPredictOptions,
     OptionError,
+    collapse_repeats,
     diffusion_sample,
     initial_tokens,
     length_candidates,
@@ -113,6 +116,7 @@ class LengthBeamGenerator:
         self.pll_groups = 0  # --pll-rerank: candidates ranked by pseudo-log-likelihood (0: off)
         self.reranker = None  # --rerank-with: an AR model rescoring the candidates (rerank.py)
         self.rerank_weight = 1.0  # --rerank-weight: the AR score's share
+        self.collapse_repeats = False  # --collapse-repeats: "a a b" -> "a b" after selection
 
     def check_models(self, models) -> None:
         if len(models) != 1:
@@ -203,6 +207,15 @@ class LengthBeamGenerator:
             ar_scores = self.reranker.score(*sources, result.tokens, order[:num_candidates])
             scores = combine(scores, ar_scores, self.rerank_weight)  # N
         best = select_best(scores, beam)  # B
+        if self.collapse_repeats:  # after selection: the scores are those of the decoding
+            given = None
+            if template is not None:  # an infilling template's given tokens stay
+                given = template[:, : result.tokens.size(1)]  # N x L
+                given = given.ne(self.mask) & given.ne(self.pad)
+            tokens, logprobs = collapse_repeats(
+                result.tokens, result.token_logprobs, self.pad, given
+            )  # N x L each
+            result = result._replace(tokens=tokens, token_logprobs=logprobs)
         return hypotheses(result, best, no_source, self.pad, self.eos, self.retain_history)
 
     def decode(self, step, lengths, template=None):
@@ -331,6 +344,7 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
     generator.pll_groups = check_pll_groups(getattr(task_cfg, "pll_rerank", 0), generator.beam_size)
     generator.reranker = build_reranker(task_cfg, src_dict, tgt_dict, generator.beam_size)
     generator.rerank_weight = getattr(task_cfg, "rerank_weight", 1.0)
+    generator.collapse_repeats = bool(getattr(task_cfg, "collapse_repeats", False))
     generator.source_symbols = (src_dict.pad(), src_dict.eos())
     if models:
         generator.check_models(models)

@@ -187,6 +187,15 @@ class CMLMConfig(TranslationConfig):
             "rule, mean log-probability of the decoding passes). Not in the paper"
         },
     )
+    collapse_repeats: bool = field(
+        default=False,
+        metadata={
+            "help": "keep each run of one token at adjacent positions once in the output "
+            '("Hund Hund" -> "Hund"), after the candidate is chosen; tokens given by '
+            "an infilling template always stay. Not in Mask-Predict: the post-processing "
+            "of Lee et al. (2018)'s code"
+        },
+    )
     ctc_blank_penalty: float = field(
         default=0.0,
         metadata={

@@ -13,6 +13,10 @@
 # BEAM (default 5, the paper's teacher beam is 4-5), LENPEN (default 1, fairseq's
 # --lenpen: above 1 favours longer translations), MAX_TOKENS (default 8192) and
 # DEVICE_FLAGS (default --cpu; set it to "" on a GPU, add --fp16 there) tune decoding.
+# INTERPOLATE=1 keeps, of the teacher's BEAM best hypotheses, the one closest to the
+# original target by sentence-level BLEU (sacreBLEU, exponential smoothing) instead of the
+# top one: Kim & Rush's sequence-level interpolation (2016, §3.2; they score with smoothed
+# BLEU as well). Default 0: the top hypothesis, as the Mask-Predict paper distils.
 # At the end it compares the distilled targets with the original ones (lengths in
 # pieces, immediate repeats) and warns when they are more than 3 % shorter: a student
 # learns its target lengths from them, so short teacher outputs become short student
@@ -26,8 +30,15 @@ OUT=${3:-${DATA%/}-distill}
 BEAM=${BEAM:-5}
 LENPEN=${LENPEN:-1}
 MAX_TOKENS=${MAX_TOKENS:-8192}
+INTERPOLATE=${INTERPOLATE:-0}
 DEVICE_FLAGS=${DEVICE_FLAGS---cpu}
 USER_DIR=${USER_DIR:-$(cmlm-plugin-dir)}
+[[ $BEAM =~ ^[1-9][0-9]*$ ]] || { echo "error: BEAM must be a positive integer, got '$BEAM'" >&2; exit 1; }
+case $INTERPOLATE in
+  0) NBEST=1 ;;
+  1) NBEST=$BEAM ;;
+  *) echo "error: INTERPOLATE must be 0 (the teacher's top hypothesis) or 1 (of its BEAM best, the closest to the original target by sentence BLEU), got '$INTERPOLATE'" >&2; exit 1 ;;
+esac
 [ -f "$TEACHER" ] || { echo "error: teacher checkpoint $TEACHER not found" >&2; exit 1; }
 [ -f "$DATA/bin/preprocess.log" ] || { echo "error: $DATA/bin/preprocess.log not found: run a prepare-*.sh first" >&2; exit 1; }
 # the language pair, from fairseq-preprocess's log unless SRC/TGT are set
@@ -36,18 +47,20 @@ TGT=${TGT:-$(sed -n "s/.*target_lang[=': ]*\([a-z_]*\).*/\1/p" "$DATA/bin/prepro
 echo "language pair: $SRC-$TGT"
 mkdir -p "$OUT/text" "$OUT/bin"
 
-echo "translating the training set with $TEACHER (beam $BEAM)"
+echo "translating the training set with $TEACHER (beam $BEAM$([ "$NBEST" = 1 ] || echo ", keeping of the $NBEST best the closest to the original target"))"
 # --user-dir only for the weights-only allow-list of fairseq's own checkpoints
 fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task translation --path "$TEACHER" \
-  --gen-subset train --source-lang "$SRC" --target-lang "$TGT" --beam "$BEAM" --lenpen "$LENPEN" \
+  --gen-subset train --source-lang "$SRC" --target-lang "$TGT" --beam "$BEAM" --nbest "$NBEST" --lenpen "$LENPEN" \
   --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1 $DEVICE_FLAGS \
   > "$OUT/text/generate-train.txt"
 
-# S-<id> and H-<id> lines, ordered by id; no --remove-bpe, so the pieces match the dictionary
+# S-<id>, T-<id> and H-<id> lines (NBEST H lines per id, best first); no --remove-bpe, so
+# the pieces match the dictionary
 python - "$OUT/text" "$SRC" "$TGT" <<'PY'
 import sys
+from sacrebleu.metrics import BLEU
 out, src, tgt = sys.argv[1:]
-sources, hypos, originals = {}, {}, {}
+sources, nbest, originals = {}, {}, {}
 for line in open(f"{out}/generate-train.txt", encoding="utf-8"):
     tag, _, rest = line.rstrip("\n").partition("\t")
     if tag.startswith("S-"):
@@ -55,7 +68,21 @@ for line in open(f"{out}/generate-train.txt", encoding="utf-8"):
     elif tag.startswith("T-"):
         originals[int(tag[2:])] = rest
     elif tag.startswith("H-"):
-        hypos[int(tag[2:])] = rest.split("\t", 1)[1]
+        nbest.setdefault(int(tag[2:]), []).append(rest.split("\t", 1)[1])
+def text(pieces):
+    return "".join(pieces.split()).replace("\u2581", " ").strip()
+bleu = BLEU(effective_order=True)
+def closest(i):
+    """of sentence i's hypotheses, the one with the highest sentence BLEU to the original"""
+    hypotheses = nbest[i]
+    if len(hypotheses) == 1:
+        return hypotheses[0]
+    reference = [text(originals[i])]
+    return max(hypotheses, key=lambda h: bleu.sentence_score(text(h), reference).score)
+hypos = {i: closest(i) for i in nbest}
+changed = sum(hypos[i] != nbest[i][0] for i in nbest)
+if any(len(h) > 1 for h in nbest.values()):
+    print(f"sequence-level interpolation: {changed} of {len(nbest)} targets are not the top hypothesis")
 ids = sorted(i for i in hypos if hypos[i].strip())
 if not ids:
     sys.exit("error: the teacher produced no translations (see generate-train.txt)")
