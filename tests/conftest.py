@@ -48,6 +48,15 @@ def pytest_collection_modifyitems(items):
 N_TEST = 20  # test sentences of the shared tiny run
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """The tiny model's 30-word dictionaries (``tinymodel.write_dictionaries``), one folder
+    per test module: the component tests build their task and model on it."""
+    from tinymodel import write_dictionaries
+
+    return write_dictionaries(tmp_path_factory.mktemp("dict"))
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """Toy data binarized and a tiny CMLM trained 12 updates (shared by e2e modules).

@@ -299,13 +299,6 @@ def test_default_is_off():
 # --- the task flag (tiny model) -------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    from tinymodel import write_dictionaries
-
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
-
-
 def test_the_flag_reaches_the_generator_and_decodes(data_dir):
     from tinymodel import sample_for, setup
 

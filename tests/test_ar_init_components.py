@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rerank_components import save
-from tinymodel import config, encode, setup, write_dictionaries
+from tinymodel import config, encode, setup
 
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.training.ar_init import copy_autoregressive, init_from_autoregressive
@@ -75,11 +75,6 @@ def test_other_shapes_are_refused_naming_the_tensor(theirs, expected):
     with pytest.raises(CMLMPluginError, match=expected) as info:
         copy_autoregressive(ours, theirs)
     assert "\n" not in str(info.value) and "--init-from-ar" in str(info.value)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 def teacher(data_dir, path, *extra, seed=3):

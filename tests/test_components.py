@@ -6,12 +6,7 @@ import pickle
 
 import pytest
 import torch
-from tinymodel import WORDS, encode, sample_for, setup, write_dictionaries
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
+from tinymodel import WORDS, encode, sample_for, setup
 
 
 @pytest.fixture(scope="module")

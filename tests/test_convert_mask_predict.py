@@ -31,7 +31,7 @@ from collections import OrderedDict
 import pytest
 import torch
 import torch.nn.functional as F
-from tinymodel import WORDS, write_dictionaries
+from tinymodel import WORDS
 
 from cmlm_plugin.checkpoints.convert import from_mask_predict
 from cmlm_plugin.cli.convert import convert_checkpoint
@@ -209,11 +209,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 def convert(tmp_path, state, data_dir, name="original"):

@@ -4,17 +4,12 @@ import argparse
 
 import pytest
 import torch
-from tinymodel import WORDS, sample_for, setup, write_dictionaries
+from tinymodel import WORDS, sample_for, setup
 
 from cmlm_plugin.models.ctc import collapse, ctc_nll
 
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11"]
 TARGETS = ["w11 w12 w13 w14 w15", "w16 w17 w18", "w19 w20 w21 w22"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 @pytest.fixture(scope="module")

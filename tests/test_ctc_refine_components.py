@@ -6,18 +6,13 @@ import argparse
 import pytest
 import torch
 from test_ctc_components import SOURCES, TARGETS, best_path, left_padded
-from tinymodel import sample_for, setup, write_dictionaries
+from tinymodel import sample_for, setup
 
 from cmlm_decoding import DecodeResult
 from cmlm_plugin.criterions.cmlm_loss import smoothed_nll
 from cmlm_plugin.models.inference import inference_path
 
 WEIGHT = 0.5
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 import torch
-from tinymodel import sample_for, setup, write_dictionaries
+from tinymodel import sample_for, setup
 
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.models.inference import inference_path
@@ -26,11 +26,6 @@ GPU = torch.device("cuda")
 SOURCES = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9", "w10 w11"]
 TARGETS = ["w1", "w2", "w3", "w4"]
 PASSES = 4
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("cuda"))
 
 
 def gpu_model(data_dir, dtype=torch.float32):

@@ -13,7 +13,7 @@ import argparse
 import pytest
 import torch
 from test_bad_input_e2e import assert_matches_readme
-from tinymodel import sample_for, setup, write_dictionaries
+from tinymodel import sample_for, setup
 
 from cmlm_plugin.errors import CMLMPluginError
 from cmlm_plugin.models.fast_decoder import FastDecoder, Linear, unsupported
@@ -31,11 +31,6 @@ VARIANTS = [
 ]
 SOURCES = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9", "w10 w11"]
 TARGETS = ["w1", "w2", "w3", "w4"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("fast"))
 
 
 def tiny_model(data_dir, *extra, seed=0):

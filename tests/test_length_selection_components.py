@@ -5,16 +5,11 @@ import argparse
 
 import pytest
 import torch
-from tinymodel import sample_for, setup, write_dictionaries
+from tinymodel import sample_for, setup
 
 from cmlm_decoding import length_candidates
 
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11", "w12"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 def decode(task, model, beam):

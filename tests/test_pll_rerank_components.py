@@ -7,17 +7,12 @@ import argparse
 import pytest
 import torch
 from test_ctc_components import left_padded
-from tinymodel import sample_for, setup, write_dictionaries
+from tinymodel import sample_for, setup
 
 import cmlm_plugin.generation.generator as generator_module
 
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11", "w12"]
 BEAM = 3
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 @pytest.fixture(scope="module")

@@ -416,13 +416,6 @@ def test_geometric_mean_ranks_by_the_run_of_each_token(confidence, remasked):
 # --- the task flags (tiny model) ------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    from tinymodel import write_dictionaries
-
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
-
-
 @pytest.mark.parametrize("confidence", ["geometric_mean", "top_k_mass"])
 def test_the_flags_reach_the_generator_and_decode(data_dir, confidence):
     from tinymodel import sample_for, setup

@@ -11,7 +11,7 @@ import argparse
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tinymodel import config, encode, sample_for, setup, write_dictionaries
+from tinymodel import config, encode, sample_for, setup
 
 from cmlm_decoding import select_best
 
@@ -54,11 +54,6 @@ def test_weight_outside_the_unit_interval_is_refused(weight):
 
     with pytest.raises(CMLMPluginError, match=r"--rerank-weight .* must be in \(0, 1\]"):
         check_weight(weight)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 def ar_model(data_dir, seed=0, direction=("src", "tgt")):

@@ -2,17 +2,12 @@
 
 import pytest
 import torch
-from tinymodel import sample_for, setup, write_dictionaries
+from tinymodel import sample_for, setup
 
 from cmlm_plugin.training.second_pass import glancing_input
 
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11"]
 TARGETS = ["w11 w12 w13 w14 w15", "w16 w17 w18", "w19 w20 w21 w22"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
 def noisy_sample(task, update=0):
