@@ -70,7 +70,10 @@ for line in open(f"{out}/generate-train.txt", encoding="utf-8"):
     elif tag.startswith("H-"):
         nbest.setdefault(int(tag[2:]), []).append(rest.split("\t", 1)[1])
 def text(pieces):
-    return "".join(pieces.split()).replace("\u2581", " ").strip()
+    """plain text of a hypothesis: sentencepiece pieces joined, subword-nmt's @@ removed"""
+    if "\u2581" in pieces:
+        return "".join(pieces.split()).replace("\u2581", " ").strip()
+    return pieces.replace("@@ ", "").strip()
 bleu = BLEU(effective_order=True)
 def closest(i):
     """of sentence i's hypotheses, the one with the highest sentence BLEU to the original"""
