@@ -57,6 +57,19 @@ def data_dir(tmp_path_factory):
     return write_dictionaries(tmp_path_factory.mktemp("dict"))
 
 
+@pytest.fixture(scope="module")
+def tiny_eval(data_dir):
+    """``(task, model)``: the tiny model (``tinymodel.setup``) built with seed 0, in eval
+    mode, for the component tests that decode with it."""
+    import torch
+    from tinymodel import setup
+
+    torch.manual_seed(0)
+    task, model, _ = setup(data_dir)
+    model.eval()
+    return task, model
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """Toy data binarized and a tiny CMLM trained 12 updates (shared by e2e modules).

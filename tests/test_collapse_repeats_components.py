@@ -12,14 +12,6 @@ from tinymodel import sample_for, setup
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11", "w12", "w3 w3 w3 w3 w3 w3"]
 
 
-@pytest.fixture(scope="module")
-def tiny(data_dir):
-    torch.manual_seed(0)
-    task, model, _ = setup(data_dir)
-    model.eval()
-    return task, model
-
-
 def decode(task, model, collapse, decoding="mask_predict", beam=3, constraints=None):
     args = argparse.Namespace(iter_decode_max_iter=3, iter_decode_with_beam=beam)
     task.cfg.collapse_repeats, task.cfg.decoding = collapse, decoding
@@ -33,8 +25,8 @@ def decode(task, model, collapse, decoding="mask_predict", beam=3, constraints=N
 
 
 @pytest.mark.parametrize("decoding", ["mask_predict", "diffusion"])
-def test_the_output_is_the_plain_output_with_each_run_kept_once(tiny, decoding):
-    task, model = tiny
+def test_the_output_is_the_plain_output_with_each_run_kept_once(tiny_eval, decoding):
+    task, model = tiny_eval
     eos = task.tgt_dict.eos()
     plain = decode(task, model, False, decoding)
     collapsed = decode(task, model, True, decoding)
@@ -50,10 +42,10 @@ def test_the_output_is_the_plain_output_with_each_run_kept_once(tiny, decoding):
     assert runs > 0  # the untrained model repeats: the flag had something to do
 
 
-def test_given_tokens_of_a_template_stay(tiny):
+def test_given_tokens_of_a_template_stay(tiny_eval):
     """A template "w3 w3 <mask> <mask> <mask>": both given w3 stay; generated tokens that
     repeat their left neighbour go."""
-    task, model = tiny
+    task, model = tiny_eval
     d = task.tgt_dict
     w3 = d.index("w3")
     row = [1, w3, w3] + [task.mask_idx] * 3

@@ -15,14 +15,6 @@ SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11", "w12"]
 BEAM = 3
 
 
-@pytest.fixture(scope="module")
-def tiny(data_dir):
-    torch.manual_seed(0)
-    task, model, _ = setup(data_dir)
-    model.eval()
-    return task, model
-
-
 def decode(task, model, groups, beam=BEAM, impl="modules", decoding="mask_predict"):
     args = argparse.Namespace(iter_decode_max_iter=3, iter_decode_with_beam=beam)
     task.cfg.pll_rerank, task.cfg.decoding = groups, decoding
@@ -71,8 +63,10 @@ def candidates_of(task, tokens, row):
 
 
 @pytest.mark.parametrize("decoding", ["mask_predict", "diffusion"])
-def test_the_scores_are_the_pseudo_log_likelihood_computed_by_hand(tiny, monkeypatch, decoding):
-    task, model = tiny
+def test_the_scores_are_the_pseudo_log_likelihood_computed_by_hand(
+    tiny_eval, monkeypatch, decoding
+):
+    task, model = tiny_eval
     seen = recorded(monkeypatch)
     # G > every length: one position per call; the diffusion step returns logits
     hypos, sample = decode(task, model, groups=64, decoding=decoding)
@@ -85,10 +79,10 @@ def test_the_scores_are_the_pseudo_log_likelihood_computed_by_hand(tiny, monkeyp
         assert best["tokens"][:-1].tolist() == winner.tolist()  # EOS excluded
 
 
-def test_the_candidate_the_scores_rank_first_is_kept(tiny, monkeypatch):
+def test_the_candidate_the_scores_rank_first_is_kept(tiny_eval, monkeypatch):
     """Negated scores: the output must follow them (the lowest pseudo-log-likelihood), so
     the selection reads these scores and not the passes' mean log-probability."""
-    task, model = tiny
+    task, model = tiny_eval
     plain, _ = decode(task, model, groups=0)
     seen = recorded(monkeypatch, sign=-1.0)
     hypos, _ = decode(task, model, groups=2)
@@ -102,10 +96,10 @@ def test_the_candidate_the_scores_rank_first_is_kept(tiny, monkeypatch):
     assert differ > 0
 
 
-def test_candidates_dropped_by_length_pruning_stay_out(tiny):
+def test_candidates_dropped_by_length_pruning_stay_out(tiny_eval):
     """After one pass only the best candidate goes on (--length-prune-after 1): the
     ranking must not bring back a dropped, unfinished one."""
-    task, model = tiny
+    task, model = tiny_eval
     task.cfg.length_prune_after, task.cfg.length_prune_keep = 1, 1
     try:
         plain, _ = decode(task, model, groups=0)
@@ -116,23 +110,23 @@ def test_candidates_dropped_by_length_pruning_stay_out(tiny):
     assert all(task.mask_idx not in h[0]["tokens"].tolist() for h in ranked)
 
 
-def test_the_fast_decoder_ranks_as_the_modules_do(tiny):
-    task, model = tiny
+def test_the_fast_decoder_ranks_as_the_modules_do(tiny_eval):
+    task, model = tiny_eval
     modules, _ = decode(task, model, groups=2)
     fast, _ = decode(task, model, groups=2, impl="fast")
     assert [h[0]["tokens"].tolist() for h in fast] == [h[0]["tokens"].tolist() for h in modules]
 
 
-def test_one_candidate_leaves_the_output_unchanged_with_a_warning(tiny, capsys):
-    task, model = tiny
+def test_one_candidate_leaves_the_output_unchanged_with_a_warning(tiny_eval, capsys):
+    task, model = tiny_eval
     ranked, _ = decode(task, model, groups=2, beam=1)
     assert "one candidate to rank" in capsys.readouterr().err
     plain, _ = decode(task, model, groups=0, beam=1)
     assert [h[0]["tokens"].tolist() for h in ranked] == [h[0]["tokens"].tolist() for h in plain]
 
 
-def test_a_negative_group_count_is_refused(tiny):
-    task, model = tiny
+def test_a_negative_group_count_is_refused(tiny_eval):
+    task, model = tiny_eval
     with pytest.raises(ValueError, match=r"--pll-rerank must be >= 0"):
         decode(task, model, groups=-1)
 
