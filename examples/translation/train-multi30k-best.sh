@@ -44,8 +44,9 @@
 # rule 33.24, --collapse-repeats 34.14, --pll-rerank 2 --collapse-repeats 34.01 (the best on
 # valid: 35.65 against 34.67); the measurements above used the paper's rule. A second
 # teacher seed (TEACHER_FLAGS="--seed 2", 2026-12-04): teacher beam 5 37.09, student 35.34
-# with this decoding (gap 1.75 on test, 3.92 on valid). STUDENT_FLAGS="--self-correction 0.5" on the first teacher:
-# 34.33 with this decoding against 34.01 (one seed; off until a second pair agrees).
+# with this decoding (gap 1.75 on test, 3.92 on valid). STUDENT_FLAGS="--self-correction
+# 0.5" on the first teacher: 34.33 with this decoding against 34.01 (one seed; off until a
+# second pair agrees).
 # MAX_UPDATE (default 3000) bounds both trainings; TEACHER_FLAGS and
 # STUDENT_FLAGS add training flags. On a 2-core CPU, two threads: about 45 min per
 # training and 8 min of distillation. DEVICE_FLAGS is passed on (default --cpu).
