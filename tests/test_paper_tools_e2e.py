@@ -271,7 +271,10 @@ def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
                          ({"GLANCING": "yes"}, "GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0"),
                          ({"INIT": "teacher"}, "INIT must be 1 (start the student from the teacher's weights) or 0"),
                          ({"STUDENT": "ar"}, "STUDENT must be cmlm (Mask-Predict, T=10, l=5) or ctc"),
-                         ({"STUDENT": "ctc", "BLANK_PENALTY": "-1"}, "BLANK_PENALTY must be a number >= 0")):  # fmt: skip
+                         ({"STUDENT": "ctc", "BLANK_PENALTY": "-1"}, "BLANK_PENALTY must be a number >= 0"),
+                         ({"SELF_CORRECTION": "1.5"}, "SELF_CORRECTION must be a share of the sentences between 0 (off) and 1"),
+                         ({"SELF_CORRECTION": "half"}, "SELF_CORRECTION must be a share of the sentences between 0 (off) and 1"),
+                         ({"STUDENT": "ctc", "SELF_CORRECTION": "0.5"}, "does not combine with STUDENT=ctc")):  # fmt: skip
         proc = invoke("bash", script, tmp_path / "nothing", tmp_path / "work", env=env)
         assert proc.returncode == 1 and problem in proc.stderr
         assert not (tmp_path / "work").exists()  # nothing trained, nothing written

@@ -23,11 +23,12 @@
 #   last, so they override).
 #   RECIPE=best the best recipe measured (train-multi30k-best.sh: autoregressive teacher,
 #               distillation, student started from the teacher's weights with glancing
-#               from half its updates on; BEST_STUDENT_FLAGS adds student flags,
-#               GLANCING=0 drops glancing, INIT=0 starts from random weights), MAX_UPDATE
-#               default 3000 per training, into WORK_DIR/checkpoints/best; about 1.5 h on a
-#               2-core CPU (33.66 sacreBLEU at T=10, l=5, teacher 36.82 at beam 5, against
-#               23.73 for RECIPE=single at the same 3000 updates, docs/training.md).
+#               and self-correction from half its updates on; BEST_STUDENT_FLAGS adds
+#               student flags, GLANCING=0 or SELF_CORRECTION=0 drops a method,
+#               INIT=0 starts from random weights), MAX_UPDATE default 3000 per training,
+#               into WORK_DIR/checkpoints/best; about 1.5 h on a 2-core CPU (34.33 and
+#               35.12 sacreBLEU at T=10, l=5 with two teachers of 36.40 and 37.09 at beam
+#               5, against 23.73 for RECIPE=single at the same 3000 updates; README).
 #               Not with QUICK=1 (a 40-update teacher distils nothing worth testing).
 #               STUDENT=ctc trains the student with CTC instead and decodes it in one
 #               pass (train-multi30k-best.sh; 34.78 against the CMLM's 25.47 in one pass).
@@ -55,7 +56,8 @@ QUICK=${QUICK:-0}
 RECIPE=${RECIPE:-single}
 STUDENT=${STUDENT:-cmlm}
 # the student's extra flags in the best recipe: none beyond train-multi30k-best.sh's own
-# (the teacher's weights and glancing from MAX_UPDATE/2, the best measured at 3000 updates)
+# (the teacher's weights, glancing and self-correction from MAX_UPDATE/2, the best measured
+# at 3000 updates)
 BEST_STUDENT_FLAGS=${BEST_STUDENT_FLAGS:-}
 case $RECIPE in
   single) ;;
