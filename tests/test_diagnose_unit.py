@@ -16,6 +16,8 @@ import math
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cmlm_plugin.cli import diagnose
 from cmlm_plugin.errors import CMLMPluginError
@@ -154,12 +156,36 @@ def test_sentencepiece_units():
     pieces, words = report(text), report(text, "--words")
     assert pieces["unit"].startswith("sentencepiece pieces") and words["unit"].startswith("words")
     assert pieces["length_error"]["mean"] == 2 and words["length_error"]["mean"] == 1
+    # one word long (Haus Haus against Haus) at 4 pieces for 3 words: -1.33 pieces -> -1,
+    # whether lengths are counted in pieces or in words
+    assert pieces["length_error"]["fitted_shift"] == words["length_error"]["fitted_shift"] == -1
+    assert report()["length_error"]["fitted_shift"] is None  # no pieces: the lines may be words
     assert pieces["repeats"]["output_repeats"] == 0
     assert pieces["sacrebleu"] == words["sacrebleu"]  # BLEU always on words
     assert diagnose.to_words("\u2581ein \u2581Ha us", "sentencepiece") == "ein Haus"
     assert diagnose.to_words("ein Ha@@ us", "subword_nmt") == "ein Haus"
     assert diagnose.detect_scheme(["ein Ha@@ us"]) == "subword_nmt"
     assert diagnose.detect_scheme(["ein Haus"]) == "none"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=-60, max_value=60, allow_nan=False))
+def test_fitted_length_shift_cancels_the_mean_to_within_half_a_piece(mean):
+    k = diagnose.fitted_length_shift(mean)
+    assert isinstance(k, int) and abs(k + mean) <= 0.5
+    assert diagnose.fitted_length_shift(-mean) == -k  # as far for long outputs as for short
+
+
+def test_the_error_is_counted_in_words_and_converted_at_the_outputs_pieces_per_word():
+    # references in more pieces per word than the output: two words short is 2.5 output pieces
+    assert diagnose.output_pieces_error([-2, -3, -1], hyp_pieces=25, hyp_words=20) == -2.5
+    assert diagnose.output_pieces_error([], 0, 0) == 0.0
+
+
+def test_fitted_length_shift_examples():
+    # whole pieces to the nearest, halves away from zero
+    means = (-1.07, -1.058, -0.219, -0.124, 0.0, 0.49, -0.5, 0.5, 2.6)
+    assert [diagnose.fitted_length_shift(m) for m in means] == [1, 1, 0, 0, 0, 0, 1, -1, -3]
 
 
 def symptom_keys(r, *extra, ar=None):

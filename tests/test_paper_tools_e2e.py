@@ -274,7 +274,9 @@ def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
                          ({"STUDENT": "ctc", "BLANK_PENALTY": "-1"}, "BLANK_PENALTY must be a number >= 0"),
                          ({"SELF_CORRECTION": "1.5"}, "SELF_CORRECTION must be a share of the sentences between 0 (off) and 1"),
                          ({"SELF_CORRECTION": "half"}, "SELF_CORRECTION must be a share of the sentences between 0 (off) and 1"),
-                         ({"STUDENT": "ctc", "SELF_CORRECTION": "0.5"}, "does not combine with STUDENT=ctc")):  # fmt: skip
+                         ({"STUDENT": "ctc", "SELF_CORRECTION": "0.5"}, "does not combine with STUDENT=ctc"),
+                         ({"LENGTH_SHIFT": "one"}, "LENGTH_SHIFT must be auto (fitted on valid) or a whole number"),
+                         ({"STUDENT": "ctc", "LENGTH_SHIFT": "1"}, "a CTC output has no length candidates")):  # fmt: skip
         proc = invoke("bash", script, tmp_path / "nothing", tmp_path / "work", env=env)
         assert proc.returncode == 1 and problem in proc.stderr
         assert not (tmp_path / "work").exists()  # nothing trained, nothing written

@@ -27,7 +27,7 @@
 #               student flags, GLANCING=0 or SELF_CORRECTION=0 drops a method,
 #               INIT=0 starts from random weights), MAX_UPDATE default 3000 per training,
 #               into WORK_DIR/checkpoints/best; about 1.5 h on a 2-core CPU (34.33 and
-#               35.12 sacreBLEU at T=10, l=5 with two teachers of 36.40 and 37.09 at beam
+#               36.05 sacreBLEU at T=10, l=5 with two teachers of 36.40 and 37.09 at beam
 #               5, against 23.73 for RECIPE=single at the same 3000 updates; README).
 #               Not with QUICK=1 (a 40-update teacher distils nothing worth testing).
 #               STUDENT=ctc trains the student with CTC instead and decodes it in one

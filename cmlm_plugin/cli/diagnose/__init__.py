@@ -16,7 +16,9 @@ timing line), optionally named ``LABEL=PATH``. Per configuration it prints:
   outputs (``D-`` lines, ``H-`` without them) and in the references (``T-`` lines);
 * the length error, output minus reference: mean, shares with ``|error| <= 2``, more
   than 5 short and more than 5 long, and sacreBLEU of the sentences in each error bucket
-  (< -5, -5..-3, -2..+2, +3..+5, > +5);
+  (< -5, -5..-3, -2..+2, +3..+5, > +5); where the lines are printed as pieces (no
+  ``--remove-bpe``), the ``--length-shift K`` that cancels the mean error in words at the
+  output's pieces per word (run it on the validation set's output to fit K);
 * oscillation, from the ``E-<id>_<pass>`` lines of ``--retain-iter-history`` (the output
   after each pass, as dictionary pieces): token changes between passes, and the
   changes back to a value the position held at an earlier pass (not the one just before;
@@ -51,10 +53,12 @@ from .measures import (
     bleu,
     bucket_of,
     diagnose,
+    fitted_length_shift,
     histogram,
     history_report,
     length_stats,
     oscillation,
+    output_pieces_error,
     repeat_rate,
 )
 from .reading import SCHEMES, Generated, detect_scheme, inputs, read_generate, to_words
@@ -85,6 +89,7 @@ __all__ = [
     "confidence_cell",
     "detect_scheme",
     "diagnose",
+    "fitted_length_shift",
     "histogram",
     "history_report",
     "inputs",
@@ -92,6 +97,7 @@ __all__ = [
     "main",
     "oscillation",
     "oscillation_cell",
+    "output_pieces_error",
     "passes_cell",
     "percent",
     "plot",

@@ -14,6 +14,11 @@ def percent(x: Optional[float], digits: int = 1) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f} %"
 
 
+def shift_cell(r: Dict) -> str:
+    k = r["length_error"].get("fitted_shift")
+    return "- (lines in words)" if k is None else f"{k:+d}"
+
+
 def text_table(reports: List[Dict]) -> str:
     """The measured numbers, one column per configuration."""
     rows: List[Tuple[str, List[str]]] = [("", [r["label"] for r in reports])]
@@ -29,6 +34,7 @@ def text_table(reports: List[Dict]) -> str:
     row("|length error| <= 2", lambda r: percent(r["length_error"]["within_2"]))
     row("more than 5 short", lambda r: percent(r["length_error"]["short_over_5"]))
     row("more than 5 long", lambda r: percent(r["length_error"]["long_over_5"]))
+    row("--length-shift fitted (word error x pieces/word)", lambda r: shift_cell(r))
     for name, _, _ in BUCKETS:
         row(f"BLEU, length error {name}", lambda r, n=name: bucket_cell(r, n))
     row("pieces with p < level", lambda r: confidence_cell(r))

@@ -44,7 +44,7 @@ SYMPTOMS = {
             "--length-prior-weight W (rank candidates with the length head too; 0, the "
             "paper's rule, favours short ones)",
             "--length-shift K (add K pieces to every length candidate; fit K on the "
-            "validation set)",
+            "validation set: this report's K, on its output printed as pieces)",
             "--length-loss-factor (training: weight of the length loss)",
             "--length-offset (training: predict the offset from the source length)",
         ),
