@@ -28,8 +28,17 @@ stand for pass 1, which then costs no step call; passes 2 .. T re-mask and re-pr
 as they would the model's own first pass (Mask-CTC, Higuchi et al., Interspeech 2020,
 refines a CTC output this way, with its own threshold rule instead of the linear decay).
 
+Updating the observed tokens (``update_observed``; the decoding of CMLMC, Huang et
+al., ICLR 2022): every pass after the first also re-predicts the tokens it leaves
+unmasked, from the input that shows them, and replaces them and their probabilities
+(the paper keeps a kept token and its probability until it is re-masked). A model
+trained to correct its own tokens (``--self-correction``) is asked to here. Given
+tokens of a template still never change.
+
 Early exit: once a row's re-mask count is 0 it can no longer change, so it leaves
-the batch (its output is exactly what all T passes give). ``force_max_iter`` keeps
+the batch (its output is exactly what all T passes give). With ``update_observed`` a
+pass that re-masks nothing still re-predicts every token, so a row stays for its T
+passes (unless ``stop_unchanged`` stops it). ``force_max_iter`` keeps
 every row for all T passes (with ``adaptive_passes``: for all its T_i passes).
 
 Host synchronisation: one per pass after the first (the number of rows still active,
@@ -83,6 +92,9 @@ class MaskPredictOptions:
         remask_regions: K ``>= 1``; 1 is the paper's global ranking, K > 1 spreads
             each row's re-mask count over K contiguous regions of its target (not in
             the paper; the first design source).
+        update_observed: every pass after the first also replaces the unmasked
+            generated tokens and their probabilities by the pass's predictions
+            (CMLMC's decoding; the paper keeps them until they are re-masked).
     """
 
     num_passes: int = 10
@@ -100,6 +112,7 @@ class MaskPredictOptions:
     stop_unchanged: bool = False
     adaptive_passes: Optional[int] = None
     remask_regions: int = 1
+    update_observed: bool = False
 
     def __post_init__(self):
         if self.num_passes < 1:
@@ -240,6 +253,9 @@ def mask_predict(
         if not force_max_iter or budget is not None or done >= prune_after > 0:
             if force_max_iter:
                 active = ~pruned if budget is None else ~pruned & (budget > done)  # N
+            elif options.update_observed:  # a pass re-masking nothing still re-predicts
+                has_pass = torch.ones_like(pruned) if budget is None else budget > done  # N
+                active = has_pass & ~pruned & ~settled  # N
             else:
                 active = (counts > 0) & ~pruned & ~settled  # N
             live = active.nonzero().squeeze(1)  # n: the pass's one host sync (its size)
@@ -253,14 +269,15 @@ def mask_predict(
 
         sub_tokens, sub_lp, sub_ranking = take(tokens), take(token_logprobs), ranking.take(rows)
         remask = rule.choose(sub_ranking, take(counts), rows)  # n x L
+        updated = take(free) if options.update_observed else remask  # n x L, re-predicted
         new_tokens, new_lp, new_conf = predict(
-            sub_tokens.masked_fill(remask, mask_idx), rows, remask
-        )  # n x L each, new values where remask
-        same = remask & new_tokens.eq(sub_tokens)  # n x L
-        sub_settled = same.eq(remask).all(dim=1)  # n, nothing re-predicted differently
-        sub_ranking = rule.after_pass(sub_ranking, remask, same, new_lp, new_conf)
-        sub_tokens = torch.where(remask, new_tokens, sub_tokens)
-        sub_lp = torch.where(remask, new_lp, sub_lp)
+            sub_tokens.masked_fill(remask, mask_idx), rows, updated
+        )  # n x L each, new values where updated
+        same = updated & new_tokens.eq(sub_tokens)  # n x L
+        sub_settled = same.eq(updated).all(dim=1)  # n, nothing re-predicted differently
+        sub_ranking = rule.after_pass(sub_ranking, remask, same, new_lp, new_conf, updated)
+        sub_tokens = torch.where(updated, new_tokens, sub_tokens)
+        sub_lp = torch.where(updated, new_lp, sub_lp)
 
         ranking = ranking.put(rows, sub_ranking)
         if rows is None:

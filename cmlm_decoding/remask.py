@@ -138,20 +138,29 @@ class RemaskRule:
         )  # n x L
 
     def after_pass(
-        self, ranking: Ranking, remask: Tensor, same: Tensor, new_lp: Tensor, new_conf: Tensor
+        self,
+        ranking: Ranking,
+        remask: Tensor,
+        same: Tensor,
+        new_lp: Tensor,
+        new_conf: Tensor,
+        updated: Optional[Tensor] = None,
     ) -> Ranking:
-        """The ranking once the ``remask`` positions were predicted again.
+        """The ranking once the ``updated`` positions were predicted again.
 
+        ``remask``: the positions the pass re-masked; ``updated``: those it re-predicted
+        (``remask`` itself unless ``update_observed``: every generated position);
         ``same``: re-predicted unchanged; ``new_lp``, ``new_conf``: the new log-probability
-        and confidence, used where ``remask``. All ``n x L``, as ``ranking``'s.
+        and confidence, used where ``updated``. All ``n x L``, as ``ranking``'s.
         """
+        updated = remask if updated is None else updated
         streak, run_lp, run_len = ranking.streak, ranking.run_lp, ranking.run_len
         if self.options.confidence == "consistency":
-            streak = torch.where(remask, (streak + 1) * same, streak)
+            streak = torch.where(updated, (streak + 1) * same, streak)
         if self.options.confidence == "geometric_mean":  # a token's run grows or restarts
             grown_lp, grown_len, new_conf = geometric_mean_update(run_lp, run_len, new_lp, same)
-            run_lp = torch.where(remask, grown_lp, run_lp)
-            run_len = torch.where(remask, grown_len, run_len)
-        conf = torch.where(remask, new_conf, ranking.conf)
+            run_lp = torch.where(updated, grown_lp, run_lp)
+            run_len = torch.where(updated, grown_len, run_len)
+        conf = torch.where(updated, new_conf, ranking.conf)
         candidates = remask if self.options.monotone else ranking.candidates
         return Ranking(conf, streak, candidates, run_lp, run_len)

@@ -33,7 +33,8 @@ def configs(draw):
                                length_shift=shift, pll_groups=pll, collapse_repeats=collapse,
                                blank_penalty=draw(st.just(0.0) | st.floats(0, 100)),
                                adaptive_passes=draw(maybe(st.integers(0, 20))),
-                               regions=draw(counts))  # fmt: skip
+                               regions=draw(counts),
+                               update_observed=draw(st.booleans()))  # fmt: skip
     threshold = draw(maybe(st.floats(0, 1, exclude_min=True)))
     return dc.DecodeConfig(steps=draw(counts), length_beams=beams, impl=impl, length_prior=prior,
                            length_shift=shift, pll_groups=pll, collapse_repeats=collapse,
@@ -87,6 +88,8 @@ def test_mask_predict_flags():
     assert flags("T=10,ap=0,regions=3")[4:] == ["--adaptive-passes", "0", "--remask-regions", "3"]
     assert dc.parse("T=10,regions=1") == dc.parse("T=10")  # one region is the global rule
     assert not dc.parse("T=10,ap=1").plain
+    assert flags("T=10,l=5,observed,pll=2")[4:] == ["--update-observed", "--pll-rerank", "2"]
+    assert not dc.parse("T=10,observed").fairseq_comparable
 
 
 def test_diffusion_flags():
@@ -131,6 +134,8 @@ def test_canonical_form_and_defaults():
         ("T", "key 'T' needs a value"),
         ("T=4,stop=1", "stop takes no value"),
         ("T=4,collapse=1", "collapse takes no value"),
+        ("T=4,observed=1", "observed takes no value"),
+        ("S=4,observed", "key 'observed' applies only to T= (Mask-Predict)"),
         ("T=0", "T=0 needs a whole number >= 1"),
         ("T=-1", "T=-1 needs a whole number"),
         ("T=2.5", "T=2.5 needs a whole number"),
@@ -162,8 +167,8 @@ def test_bad_configs_name_the_bad_key_and_the_allowed_ones(text, problem):
     assert "\n" not in message and message.startswith(f"bad decoding config {text!r}: ")
     assert problem in message
     assert (
-        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, "
-        "collapse, blank=P, impl=fast|int8|compiled|modules" in message
+        "allowed: T=N or S=N, l=N, b=N, c=X, prune=N, stop, ap=C, regions=K, observed, lp=W, "
+        "shift=K, pll=G, collapse, blank=P, impl=fast|int8|compiled|modules" in message
     )
 
 

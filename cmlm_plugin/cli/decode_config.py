@@ -16,10 +16,10 @@ number, may be negative, default 0), ``pll=G`` (``--pll-rerank G``, G >= 1) and
 P >= 0, for CTC models, whose configuration is ``T=1,l=1``, or ``T=N,l=1`` for one trained
 with ``--ctc-cmlm-weight``), ``prune=K``
 (``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``),
-``ap=C`` (``--adaptive-passes C``) and ``regions=K`` (``--remask-regions K``) to
-Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``,
+``ap=C`` (``--adaptive-passes C``), ``regions=K`` (``--remask-regions K``) and
+``observed`` (``--update-observed``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``,
 0 < X <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune,
-stop, ap, regions, lp, shift, pll, collapse, blank, impl; defaults left out except l) and
+stop, ap, regions, observed, lp, shift, pll, collapse, blank, impl; defaults left out except l) and
 ``parse(str(config)) == config``. A bad configuration raises a one-line ``CMLMPluginError``
 naming the bad key and the allowed ones.
 """
@@ -43,6 +43,7 @@ KEYS = (
     "stop",
     "ap",
     "regions",
+    "observed",
     "lp",
     "shift",
     "pll",
@@ -50,9 +51,9 @@ KEYS = (
     "blank",
     "impl",
 )  # the canonical order
-MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions", "blank")
+MASK_PREDICT_ONLY = ("prune", "stop", "ap", "regions", "observed", "blank")
 DIFFUSION_ONLY = ("b", "c")
-SWITCHES = ("stop", "collapse")  # keys without a value
+SWITCHES = ("stop", "observed", "collapse")  # keys without a value
 _COUNT = re.compile(r"\d+")
 _SIGNED = re.compile(r"[+-]?\d+")
 _COMPACT = re.compile(r"\d+x\d+.*")
@@ -71,6 +72,7 @@ class DecodeConfig:
     stop_unchanged: bool = False  # stop (Mask-Predict)
     adaptive_passes: Optional[int] = None  # ap (Mask-Predict): T_i = ceil(log2 n) + C
     regions: int = 1  # regions (Mask-Predict): --remask-regions
+    update_observed: bool = False  # observed (Mask-Predict): --update-observed
     length_prior: float = 0.0  # lp: --length-prior-weight
     length_shift: int = 0  # shift: --length-shift
     pll_groups: int = 0  # pll: --pll-rerank (0: off)
@@ -101,6 +103,7 @@ class DecodeConfig:
             and not self.blank_penalty
             and self.adaptive_passes is None
             and self.regions == 1
+            and not self.update_observed
         )
 
     def baseline(self) -> "DecodeConfig":
@@ -122,6 +125,8 @@ class DecodeConfig:
             out.append(f"ap={self.adaptive_passes}")
         if self.regions != 1:
             out.append(f"regions={self.regions}")
+        if self.update_observed:
+            out.append("observed")
         if self.length_prior:
             out.append(f"lp={self.length_prior!r}")
         if self.length_shift:
@@ -163,6 +168,8 @@ class DecodeConfig:
             out += ["--adaptive-passes", str(self.adaptive_passes)]
         if self.regions != 1:
             out += ["--remask-regions", str(self.regions)]
+        if self.update_observed:
+            out.append("--update-observed")
         if self.length_prior:
             out += ["--length-prior-weight", repr(self.length_prior)]
         if self.length_shift:
@@ -182,7 +189,7 @@ class DecodeConfig:
         if not self.fairseq_comparable:
             raise CMLMPluginError(
                 f"decoding config {self}: fairseq's generator runs only T= and l= "
-                "(no S, prune, stop, ap, regions, lp, shift, pll, collapse or blank)"
+                "(no S, prune, stop, ap, regions, observed, lp, shift, pll, collapse or blank)"
             )
         return [
             "--iter-decode-max-iter",
@@ -195,7 +202,7 @@ class DecodeConfig:
 def _error(text: str, problem: str) -> CMLMPluginError:
     return CMLMPluginError(
         f"bad decoding config {text!r}: {problem} (allowed: T=N or S=N, l=N, b=N, c=X, "
-        "prune=N, stop, ap=C, regions=K, lp=W, shift=K, pll=G, collapse, blank=P, "
+        "prune=N, stop, ap=C, regions=K, observed, lp=W, shift=K, pll=G, collapse, blank=P, "
         f"impl={'|'.join(IMPLS)}; "
         "e.g. T=10,l=5 or S=10,b=4)"
     )
@@ -275,7 +282,10 @@ def parse(text: str) -> DecodeConfig:
             raise _error(text, f"impl={values['impl']} is not one of {', '.join(IMPLS)}")
         config["impl"] = values["impl"]
     return DecodeConfig(
-        stop_unchanged="stop" in values, collapse_repeats="collapse" in values, **config
+        stop_unchanged="stop" in values,
+        update_observed="observed" in values,
+        collapse_repeats="collapse" in values,
+        **config,
     )
 
 

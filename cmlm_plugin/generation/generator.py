@@ -68,6 +68,7 @@ MASK_PREDICT_FLAGS = {
     "stop_unchanged": "--stop-unchanged",
     "adaptive_passes": "--adaptive-passes",
     "remask_regions": "--remask-regions",
+    "update_observed": "--update-observed",
 }
 DIFFUSION_FLAGS = {
     "block_length": "--block-length",
@@ -306,6 +307,11 @@ def build_generator(tgt_dict, src_dict, models, args, task_cfg):
     history = getattr(args, "retain_iter_history", False)
     impl = getattr(task_cfg, "decoder_impl", "fast")
     if task_cfg.decoding == "diffusion":
+        if getattr(task_cfg, "update_observed", False):
+            raise CMLMPluginError(
+                "--update-observed changes Mask-Predict's passes; the diffusion sampler "
+                "never re-predicts a kept token: drop it, or use --decoding mask_predict"
+            )
         steps_flag = "--diffusion-steps" if task_cfg.diffusion_steps else "--iter-decode-max-iter"
         options = build_options(
             DiffusionOptions,
@@ -387,6 +393,7 @@ def mask_predict_options(args, task_cfg) -> MaskPredictOptions:
         stop_unchanged=getattr(task_cfg, "stop_unchanged", False),
         adaptive_passes=getattr(task_cfg, "adaptive_passes", None),
         remask_regions=getattr(task_cfg, "remask_regions", 1),
+        update_observed=getattr(task_cfg, "update_observed", False),
     )
     if options.force_max_iter and options.stop_unchanged:
         raise CMLMPluginError(

@@ -150,6 +150,15 @@ class CMLMConfig(TranslationConfig):
         default=False,
         metadata={"help": "mask_predict: never re-mask a token that survived a re-masking round"},
     )
+    update_observed: bool = field(
+        default=False,
+        metadata={
+            "help": "mask_predict: every pass after the first also re-predicts the tokens "
+            "it leaves unmasked and replaces them (CMLMC's decoding, Huang et al. 2022; "
+            "the paper keeps a token until it is re-masked). For models trained with "
+            "--self-correction"
+        },
+    )
     length_prune_after: int = field(
         default=0,
         metadata={

@@ -22,7 +22,8 @@
 #      sentences (default 0.5, --self-correction; 0: off) and glancing for the others
 #      (GLANCING=1; 0: off); then it decodes test_2016_flickr at T=10, l=5, the candidates
 #      ranked by pseudo-log-likelihood and immediate repeats collapsed (--pll-rerank 2
-#      --collapse-repeats; generate-test.txt).
+#      --collapse-repeats; generate-test.txt), and, with self-correction, every pass also
+#      re-predicting the tokens it keeps (--update-observed, CMLMC's decoding).
 #   4. LENGTH_SHIFT=auto (the default): decodes valid the same way, takes the mean length
 #      error of its outputs in words at the outputs' pieces per word (cmlm-diagnose) and,
 #      where that is half a piece or more, decodes test again with the --length-shift K that
@@ -92,6 +93,8 @@ if share "> 0"; then
     exit 1
   }
   METHOD="$METHOD --self-correction $SELF_CORRECTION"
+  # a student trained to fix its own tokens is asked to at every pass (CMLMC's decoding)
+  DECODING="$DECODING --update-observed"
 fi
 # both methods start halfway: switched on from the first update on distilled data, they
 # stalled the students of the quality study (2026-12-01)

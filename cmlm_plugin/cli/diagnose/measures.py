@@ -118,7 +118,11 @@ def diagnose(gen: Generated, args) -> Dict:
     out_rate, out_rep, out_tok = repeat_rate(measured_h)
     ref_rate, ref_rep, ref_tok = repeat_rate(measured_r)
     errors = [len(h.split()) - len(r.split()) for h, r in zip(measured_h, measured_r)]
-    word_errors = [len(h.split()) - len(r.split()) for h, r in zip(hyp_words, ref_words)]
+    word_errors = (
+        errors
+        if args.words
+        else [len(h.split()) - len(r.split()) for h, r in zip(hyp_words, ref_words)]
+    )
     shift_error = output_pieces_error(
         word_errors, sum(len(h.split()) for h in hyps), sum(len(h.split()) for h in hyp_words)
     )
