@@ -43,9 +43,12 @@
 # l=5 with this decoding, +0.64 / +0.86 on test at T=4.
 # The fitted length shift (2026-12-04): K=1 for teacher 2's students (about one word short
 # on valid), +0.25 / +0.93 on valid / test with self-correction; K=0 for teacher 1's.
-# Gap to the teacher's beam 5 at T=10, l=5 with all of it, valid / test: -1.86 / -2.07
-# (teacher 1, 34.33 on test) and -2.58 / -1.04 (teacher 2, 36.05). The CTC student's
-# single pass: 34.78, -1.92 on test (2026-12-03).
+# --update-observed (2026-12-05, three self-correction students, decoding only): +0.03 /
+# -0.10, +0.44 / +0.37 and +0.06 / +0.60 on valid / test; -1.77 on valid for a student
+# trained without self-correction, hence only with it.
+# Gap to the teacher's beam 5 at T=10, l=5 with all of it, on test: -2.17 (teacher 1),
+# -0.67 and -1.39 (teacher 2, two student seeds). The CTC student's single pass: 34.78,
+# -1.92 on test (2026-12-03).
 # MAX_UPDATE (default 3000) bounds both trainings; TEACHER_FLAGS and
 # STUDENT_FLAGS add training flags. On a 2-core CPU, two threads: about 45 min per
 # training, 8 min of distillation and 4 to 8 min for step 4. DEVICE_FLAGS is passed on
