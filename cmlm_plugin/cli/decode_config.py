@@ -17,10 +17,11 @@ P >= 0, for CTC models, whose configuration is ``T=1,l=1``, or ``T=N,l=1`` for o
 with ``--ctc-cmlm-weight``), ``prune=K``
 (``--length-prune-after K --length-prune-keep 1``), ``stop`` (``--stop-unchanged``),
 ``ap=C`` (``--adaptive-passes C``), ``regions=K`` (``--remask-regions K``) and
-``observed`` (``--update-observed``) to Mask-Predict only; ``b=N`` (``--block-length``) and ``c=X`` (``--confidence-threshold``,
-0 < X <= 1) to diffusion only. ``str(config)`` is the canonical form (T or S, l, b, c, prune,
-stop, ap, regions, observed, lp, shift, pll, collapse, blank, impl; defaults left out except l) and
-``parse(str(config)) == config``. A bad configuration raises a one-line ``CMLMPluginError``
+``observed`` (``--update-observed``) to Mask-Predict only; ``b=N`` (``--block-length``)
+and ``c=X`` (``--confidence-threshold``, 0 < X <= 1) to diffusion only. ``str(config)``
+is the canonical form (T or S, l, b, c, prune, stop, ap, regions, observed, lp, shift,
+pll, collapse, blank, impl; defaults left out except l) and ``parse(str(config)) ==
+config``. A bad configuration raises a one-line ``CMLMPluginError``
 naming the bad key and the allowed ones.
 """
 
