@@ -251,11 +251,10 @@ def mask_predict(
         counts = rule.count(done)  # N
         rows: Optional[Tensor] = None
         if not force_max_iter or budget is not None or done >= prune_after > 0:
-            if force_max_iter:
+            if force_max_iter or options.update_observed:  # every row makes its passes
                 active = ~pruned if budget is None else ~pruned & (budget > done)  # N
-            elif options.update_observed:  # a pass re-masking nothing still re-predicts
-                has_pass = torch.ones_like(pruned) if budget is None else budget > done  # N
-                active = has_pass & ~pruned & ~settled  # N
+                if not force_max_iter:  # a pass re-masking nothing still re-predicts
+                    active = active & ~settled  # N
             else:
                 active = (counts > 0) & ~pruned & ~settled  # N
             live = active.nonzero().squeeze(1)  # n: the pass's one host sync (its size)
@@ -275,7 +274,7 @@ def mask_predict(
         )  # n x L each, new values where updated
         same = updated & new_tokens.eq(sub_tokens)  # n x L
         sub_settled = same.eq(updated).all(dim=1)  # n, nothing re-predicted differently
-        sub_ranking = rule.after_pass(sub_ranking, remask, same, new_lp, new_conf, updated)
+        sub_ranking = rule.after_pass(sub_ranking, remask, updated, same, new_lp, new_conf)
         sub_tokens = torch.where(updated, new_tokens, sub_tokens)
         sub_lp = torch.where(updated, new_lp, sub_lp)
 

@@ -141,10 +141,10 @@ class RemaskRule:
         self,
         ranking: Ranking,
         remask: Tensor,
+        updated: Tensor,
         same: Tensor,
         new_lp: Tensor,
         new_conf: Tensor,
-        updated: Optional[Tensor] = None,
     ) -> Ranking:
         """The ranking once the ``updated`` positions were predicted again.
 
@@ -153,7 +153,6 @@ class RemaskRule:
         ``same``: re-predicted unchanged; ``new_lp``, ``new_conf``: the new log-probability
         and confidence, used where ``updated``. All ``n x L``, as ``ranking``'s.
         """
-        updated = remask if updated is None else updated
         streak, run_lp, run_len = ranking.streak, ranking.run_lp, ranking.run_len
         if self.options.confidence == "consistency":
             streak = torch.where(updated, (streak + 1) * same, streak)
