@@ -7,9 +7,10 @@ with the linear decay
     n = N · (T − t) / T
 
 floored (``schedules.linear_remask_count``). The code names a batch's size N, so the
-count of row i is written ``floor(n_i (T - t) / T)``, n_i the tokens that row generates. The Mask-Predict loop (``mask_predict.mask_predict``) asks a
-``RemaskRule`` how many tokens of each row to re-mask and which, and hands it every
-pass's predictions; a ``Ranking`` is what positions are ranked by, from pass to pass.
+count of row i is written ``floor(n_i (T - t) / T)``, n_i the tokens that row
+generates. The Mask-Predict loop (``mask_predict.mask_predict``) asks a ``RemaskRule``
+how many tokens of each row to re-mask and which, and hands it every pass's
+predictions; a ``Ranking`` is what positions are ranked by, from pass to pass.
 
 Each part is an option of ``MaskPredictOptions`` (the defaults are the paper's):
 

@@ -1,21 +1,21 @@
 """``--update-observed`` on the tiny model: the flag reaches the Mask-Predict core
 through the task's generator, changes what the context-dependent model outputs, and is
-refused by the diffusion sampler."""
+refused by the diffusion sampler; at one pass it warns that it changes nothing."""
 
 import argparse
 
 import pytest
 import torch
 from test_ctc_components import left_padded
-from tinymodel import sample_for
+from tinymodel import sample_for, setup
 
 from cmlm_plugin.errors import CMLMPluginError
 
 SOURCES = ["w1 w2 w3 w4", "w5 w6", "w7 w8 w9 w10 w11", "w12", "w3 w3 w3 w3 w3 w3"]
 
 
-def build(task, model, observed, decoding="mask_predict"):
-    args = argparse.Namespace(iter_decode_max_iter=4, iter_decode_with_beam=2)
+def build(task, model, observed, decoding="mask_predict", passes=4):
+    args = argparse.Namespace(iter_decode_max_iter=passes, iter_decode_with_beam=2)
     task.cfg.update_observed, task.cfg.decoding = observed, decoding
     try:
         return task.build_generator([model], args)
@@ -43,3 +43,19 @@ def test_the_diffusion_sampler_refuses_it(tiny_eval):
     task, model = tiny_eval
     with pytest.raises(CMLMPluginError, match="--update-observed .* drop it"):
         build(task, model, True, decoding="diffusion")
+
+
+def test_one_pass_warns_that_the_flag_changes_nothing(tiny_eval, capsys):
+    task, model = tiny_eval
+    build(task, model, True, passes=1)
+    assert "--update-observed" in capsys.readouterr().err
+    build(task, model, True, passes=2)
+    build(task, model, False, passes=1)
+    assert "--update-observed" not in capsys.readouterr().err
+
+
+def test_a_one_pass_ctc_decode_warns_too(data_dir, capsys):
+    task, model, _ = setup(data_dir, "--ctc-upsample", "2", "--update-observed")
+    args = argparse.Namespace(iter_decode_max_iter=1, iter_decode_with_beam=1)
+    task.build_generator([model], args)
+    assert "--update-observed" in capsys.readouterr().err

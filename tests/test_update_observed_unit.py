@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_decoding_unit import MASK, PAD, FakeModel
+from test_mask_predict_variants import SharperLater
 
 from cmlm_decoding import MaskPredictOptions, mask_predict
 
@@ -65,6 +66,19 @@ def test_update_observed_keeps_the_given_tokens_of_a_template():
     assert result.tokens[0, 0] == 5 and result.tokens[0, 3] == 7 and result.tokens[1, 2] == 9
     for tokens, _ in model.calls:
         assert tokens[0, 0] == 5 and tokens[0, 3] == 7  # given tokens are never re-masked
+
+
+def test_with_monotone_a_kept_token_is_never_re_masked_yet_may_change():
+    """``monotone`` restricts which positions are re-masked; ``update_observed`` still
+    re-predicts the others, so a kept token can change value without being re-masked."""
+    lengths = torch.tensor([12, 9])
+    model = SharperLater(2, 12, seed=5)
+    result = decode(model, lengths, 6, force_max_iter=True, monotone=True, update_observed=True)
+    fixed = torch.zeros(2, 12, dtype=torch.bool)  # N x L, kept in some earlier pass
+    for tokens, _ in model.calls[1:]:
+        assert not (tokens.eq(MASK) & fixed).any()
+        fixed |= tokens.ne(MASK) & tokens.ne(PAD)
+    assert changed_unmasked(model, result)
 
 
 def test_a_row_with_nothing_to_re_mask_still_makes_its_passes():

@@ -29,7 +29,7 @@ from cmlm_decoding import DecodeResult, MaskPredictOptions, mask_predict
 from ..errors import CMLMPluginError
 from ..models.ctc import collapse
 from ..models.inference import inference_path
-from .generator import LengthBeamGenerator, mask_predict_options
+from .generator import LengthBeamGenerator, mask_predict_options, warn_if_update_observed_is_idle
 from .hypotheses import hypotheses
 from .step import DecoderStep, refuse_nonfinite
 
@@ -152,6 +152,7 @@ def build_ctc_generator(tgt_dict, src_dict, models, args, task_cfg) -> CTCGenera
     """The generator of a CTC model, its flags checked before the first batch."""
     check_ctc_options(task_cfg)
     max_iter = getattr(args, "iter_decode_max_iter", 10)
+    warn_if_update_observed_is_idle(task_cfg, max_iter)  # it acts in Mask-CTC's passes
     generator = CTCGenerator(
         tgt_dict,
         max_iter,

@@ -373,6 +373,18 @@ def check_pll_groups(groups: int, beam: int) -> int:
     return groups
 
 
+def warn_if_update_observed_is_idle(task_cfg, passes: int) -> None:
+    """``--update-observed`` acts from the second pass on: at T = 1 it changes nothing."""
+    if getattr(task_cfg, "update_observed", False) and passes < 2:
+        print(
+            f"cmlm_plugin warning: --update-observed re-predicts kept tokens from the second "
+            f"pass on and --iter-decode-max-iter {passes} makes one: outputs are unchanged; "
+            "use --iter-decode-max-iter 2 or more",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def mask_predict_options(args, task_cfg) -> MaskPredictOptions:
     """The Mask-Predict options of fairseq's generation args and the task's flags, checked."""
     options = build_options(
@@ -395,6 +407,7 @@ def mask_predict_options(args, task_cfg) -> MaskPredictOptions:
         remask_regions=getattr(task_cfg, "remask_regions", 1),
         update_observed=getattr(task_cfg, "update_observed", False),
     )
+    warn_if_update_observed_is_idle(task_cfg, options.num_passes)
     if options.force_max_iter and options.stop_unchanged:
         raise CMLMPluginError(
             "--stop-unchanged stops sentences early and --iter-decode-force-max-iter "

@@ -153,8 +153,8 @@ class CMLMPluginModel(TransformerModel):
             "--decoder-frame",
             choices=FRAMES,
             help="symbols around the decoder input: none (the paper's CMLM), bos-eos "
-            "(fairseq's cmlm_transformer, whose sources also start with <s>) or eos (the original Mask-Predict code); set "
-            "by cmlm-convert for converted checkpoints",
+            "(fairseq's cmlm_transformer, whose sources also start with <s>) or eos (the "
+            "original Mask-Predict code); set by cmlm-convert for converted checkpoints",
         )
         parser.add_argument(
             "--length-source",

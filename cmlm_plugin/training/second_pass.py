@@ -23,10 +23,10 @@ Huang et al., ICLR 2022): at test time Mask-Predict's observed tokens are the mo
 own, partly wrong, predictions, while CMLM training only ever shows it reference
 tokens. Here a sentence (chosen by the task with probability ``--self-correction``)
 takes the first pass's predictions at its masked positions, then a fresh CMLM mask
-(``k' ~ U{1..n}``) is drawn over the result: observed positions outside the new mask that hold predictions
-stay as predicted, and the loss covers the new mask and those positions, so the model
-learns to fix its own errors (SMART trains on every position; CMLMC on the masked and
-the replaced ones, as here).
+(``k' ~ U{1..n}``) is drawn over the result: observed positions outside the new mask
+that hold predictions stay as predicted, and the loss covers the new mask and those
+positions, so the model learns to fix its own errors (SMART trains on every position;
+CMLMC on the masked and the replaced ones, as here).
 
 Glancing with CTC (``--ctc-upsample`` with ``--glancing-ratio``; Gu & Kong, Findings of
 ACL 2021): the first pass decodes the whole canvas, the reference is placed on it by its
