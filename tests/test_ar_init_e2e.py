@@ -72,3 +72,28 @@ def test_a_teacher_of_other_sizes_stops_the_training_naming_the_tensor(tiny_run,
     assert_matches_readme("init-ar-shape", error)
     assert "encoder.layers.0.fc1.weight is (64, 64), this model's (128, 64)" in error
     assert not (tmp_path / "cmlm" / "checkpoint_last.pt").exists()
+
+
+def test_the_causal_sublayer_model_trains_from_an_ar_model_and_decodes(tiny_run, tmp_path):
+    """``--insert-causal-attn`` through the real commands: the copy fills the added
+    sublayers, the checkpoint rebuilds them, and both decoding paths agree."""
+    run("fairseq-train", tiny_run / "bin", *AR, "--save-dir", tmp_path / "ar")
+    teacher = tmp_path / "ar" / "checkpoint_last.pt"
+    out = train_cmlm(
+        tiny_run / "bin", tmp_path / "cmlm", "--max-update", 2, "--init-from-ar", teacher,
+        "--insert-causal-attn",
+    )  # fmt: skip
+    assert "kept at initialisation: length_head" in out
+    outputs = [
+        hypotheses(
+            run(
+                "fairseq-generate", tiny_run / "bin", "--user-dir", "cmlm_plugin", "--task",
+                "cmlm", "--path", tmp_path / "cmlm" / "checkpoint_last.pt", "--gen-subset",
+                "test", "--cpu", "--batch-size", 8, "--iter-decode-max-iter", 3,
+                "--decoder-impl", impl,
+            )  # fmt: skip
+        )
+        for impl in ("fast", "modules")
+    ]
+    assert sorted(outputs[0]) == list(range(N_TEST))
+    assert outputs[0] == outputs[1]

@@ -28,6 +28,8 @@ VARIANTS = [
     ("--decoder-frame", "eos", "--length-source", "length-token"),
     ("--decoder-normalize-before", "--encoder-normalize-before"),
     ("--no-scale-embedding", "--layernorm-embedding"),
+    ("--insert-causal-attn",),
+    ("--insert-causal-attn", "--decoder-normalize-before", "--decoder-frame", "bos-eos"),
 ]
 SOURCES = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9", "w10 w11"]
 TARGETS = ["w1", "w2", "w3", "w4"]
@@ -115,8 +117,13 @@ def decode(task, model, impl, **extra):
 
 @pytest.mark.parametrize(
     "extra",
-    [(), ("--decoder-frame", "bos-eos"), ("--decoding", "diffusion", "--cfg-scale", "1.5")],
-    ids=["mask-predict", "bos-eos", "guided-diffusion"],
+    [
+        (),
+        ("--decoder-frame", "bos-eos"),
+        ("--decoding", "diffusion", "--cfg-scale", "1.5"),
+        ("--insert-causal-attn",),
+    ],
+    ids=["mask-predict", "bos-eos", "guided-diffusion", "causal-sublayer"],
 )
 def test_generator_decodes_the_same_with_fast_and_modules(data_dir, extra):
     task, model = tiny_model(data_dir, *extra)

@@ -1,6 +1,7 @@
-"""Learning test: a tiny CMLM learns a generated transduction task through the CLI; glancing
-and a start from an autoregressive model learn it sooner (``learning.py`` holds the data,
-training and scoring). The three tests share one 800-update plain model; the diffusion and
+"""Learning test: a tiny CMLM learns a generated transduction task through the CLI; glancing,
+a start from an autoregressive model and a causal sublayer in the decoder learn it sooner
+(``learning.py`` holds the data,
+training and scoring). The four tests share one 800-update plain model; the diffusion and
 self-correction learning tests are in ``test_learning_objectives.py``, so that the two test
 processes of the README's command share the learning tests.
 
@@ -22,9 +23,10 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(data):
-    # the 400-update save point is the plain baseline of the --init-from-ar test
+    # the 400- and 600-update save points are the plain baselines of the --init-from-ar
+    # and --insert-causal-attn tests
     train(data, "ckpt", "--disable-validation", "--max-update", 800,
-          "--save-interval-updates", 400, "--keep-interval-updates", -1)  # fmt: skip
+          "--save-interval-updates", 200, "--keep-interval-updates", -1)  # fmt: skip
     return data
 
 
@@ -84,12 +86,34 @@ def test_starting_from_an_ar_model_learns_the_content_far_sooner(model):
         model, "ckpt_init", "--disable-validation", "--max-update", 200, "--activation-fn",
         "relu", "--init-from-ar", model / "ar" / "checkpoint_last.pt",
     )  # fmt: skip
-    (plain_400,) = (model / "ckpt").glob("checkpoint_*_400.pt")
-    (model / "ckpt_400").mkdir()
-    shutil.copy(plain_400, model / "ckpt_400" / "checkpoint_last.pt")
-    plain = decode(model, 10, checkpoint="ckpt_400")
+    plain = decode(model, 10, checkpoint=plain_save_point(model, 400))
     started = decode(model, 10, checkpoint="ckpt_init")
     print(f"T=10 plain, 400 updates: {plain}\nT=10 from the AR model, 200 + 200: {started}")
     assert started["exact_ignoring_style"] >= 0.2
     assert started["exact_ignoring_style"] >= plain["exact_ignoring_style"] + 0.15
     assert started["consistent"] >= 0.9
+
+
+def plain_save_point(model, updates: int) -> str:
+    """The plain model's save point after ``updates`` updates, as a checkpoint folder."""
+    (saved,) = (model / "ckpt").glob(f"checkpoint_*_{updates}.pt")
+    (model / f"ckpt_{updates}").mkdir(exist_ok=True)
+    shutil.copy(saved, model / f"ckpt_{updates}" / "checkpoint_last.pt")
+    return f"ckpt_{updates}"
+
+
+def test_a_causal_sublayer_in_the_decoder_learns_the_content_sooner(model):
+    """--insert-causal-attn (CMLMC's causal self-attention after the bidirectional one in
+    every decoder layer), 600 updates, against the plain objective's own 600-update save
+    point. Measured 2026-12-05 (seeds 1/2/3, 600-update runs of both, one thread): T=10
+    content exact 0.913/0.903/0.887 against 0.423/0.047/0.743, T=10 BLEU 52.65/44.53/47.95
+    against 27.64/9.66/44.54. At 400 updates neither has learnt the content (0.043/0.077/
+    0.053 against 0.050/0.023/0.047): the sublayer brings the sudden step forward. On
+    single-style targets both reach 0.967 or more at 600 updates."""
+    train(model, "ckpt_causal", "--disable-validation", "--max-update", 600, "--insert-causal-attn")
+    plain = decode(model, 10, checkpoint=plain_save_point(model, 600))
+    causal = decode(model, 10, checkpoint="ckpt_causal")
+    print(f"T=10 plain, 600 updates: {plain}\nT=10 with the causal sublayer, 600: {causal}")
+    assert causal["exact_ignoring_style"] >= 0.8
+    assert causal["exact_ignoring_style"] >= plain["exact_ignoring_style"] + 0.1
+    assert causal["consistent"] >= 0.9

@@ -14,7 +14,9 @@ The model owns one step (its inference paths: ``models.inference``); the loops l
 ``--ctc-upsample R`` the decoder is trained with CTC on a canvas of R times the source
 length instead (``ctc.py``) and decodes in one pass; ``--ctc-cmlm-weight W`` adds the
 CMLM loss on the masked target (weight W) so that the same decoder can refine its CTC
-output with Mask-Predict (Mask-CTC, Higuchi et al., Interspeech 2020).
+output with Mask-Predict (Mask-CTC, Higuchi et al., Interspeech 2020). With
+``--insert-causal-attn`` every decoder layer also has a causal self-attention after its
+bidirectional one (``causal_sublayer.py``; CMLMC, Huang et al., ICLR 2022).
 """
 
 from typing import Dict, Optional, Tuple
@@ -29,6 +31,7 @@ from torch import Tensor
 from ..errors import CMLMPluginError
 from ..generation.templates import TemplateBPE
 from ..symbols import mask_index
+from .causal_sublayer import CausalSublayerDecoderLayer
 from .ctc import CANVASES, best_alignment, canvas_lengths, ctc_nll, source_canvas
 from .frames import FRAMES, LENGTH_SOURCES, LengthTokenEncoder, SourceBosEncoder, add_frame
 from .length_head import LengthHead
@@ -60,6 +63,11 @@ class BidirectionalDecoder(TransformerDecoder):
             return features, extra
         return self.output_layer(features), extra  # B x T x V
 
+    def build_decoder_layer(self, args, no_encoder_attn=False):
+        if getattr(self.args, "insert_causal_attn", False):  # args: fairseq's layer config
+            return CausalSublayerDecoderLayer(args, no_encoder_attn=no_encoder_attn)
+        return super().build_decoder_layer(args, no_encoder_attn=no_encoder_attn)
+
 
 @register_model(MODEL_NAME)
 class CMLMPluginModel(TransformerModel):
@@ -79,6 +87,11 @@ class CMLMPluginModel(TransformerModel):
                 "--ctc-cmlm-weight adds the CMLM loss to a CTC model: it must be >= 0 and "
                 f"needs --ctc-upsample (got {self.ctc_cmlm_weight} with --ctc-upsample "
                 f"{self.ctc_upsample})"
+            )
+        if getattr(args, "insert_causal_attn", False) and self.ctc_upsample:
+            raise CMLMPluginError(
+                "--insert-causal-attn is for the CMLM objective; a CTC canvas is padded on "
+                "the left, where a causal mask leaves no key: drop one of the two"
             )
         self.length_head = LengthHead(
             args.encoder_embed_dim, args.length_classes, offset=args.length_offset
@@ -155,6 +168,12 @@ class CMLMPluginModel(TransformerModel):
             help="symbols around the decoder input: none (the paper's CMLM), bos-eos "
             "(fairseq's cmlm_transformer, whose sources also start with <s>) or eos (the "
             "original Mask-Predict code); set by cmlm-convert for converted checkpoints",
+        )
+        parser.add_argument(
+            "--insert-causal-attn",
+            action="store_true",
+            help="every decoder layer gains a causal self-attention after its bidirectional "
+            "one (CMLMC's insertCausalSelfAttn, Huang et al. 2022); off: the paper's CMLM",
         )
         parser.add_argument(
             "--length-source",
@@ -370,6 +389,7 @@ def _cmlm_defaults(args):
     args.decoder_frame = getattr(args, "decoder_frame", None) or "none"
     args.length_source = getattr(args, "length_source", None) or "mean-pool"
     args.ctc_upsample = getattr(args, "ctc_upsample", None) or 0
+    args.insert_causal_attn = getattr(args, "insert_causal_attn", False)
     args.ctc_cmlm_weight = getattr(args, "ctc_cmlm_weight", None) or 0.0
     joint = "mask" if args.ctc_cmlm_weight else "source"  # the canvas a joint model learns on
     args.ctc_canvas = getattr(args, "ctc_canvas", None) or joint

@@ -101,32 +101,24 @@ def unsupported(decoder) -> Optional[str]:
             return "NormFormer-style layer extras"
         if layer.encoder_attn is None:
             return "a decoder without cross-attention"
-        if not (plain_attention(layer.self_attn) and plain_attention(layer.encoder_attn)):
+        attentions = [layer.self_attn, layer.encoder_attn, getattr(layer, "causal_attn", None)]
+        if not all(plain_attention(a) for a in attentions if a is not None):
             return "attention with bias_kv, zero attention or xformers"
     return None
 
 
-class LayerWeights:
-    """One decoder layer's weights, packed for inference."""
+class AttentionWeights:
+    """One self-attention's weights, its query, key and value projections packed."""
 
-    def __init__(self, layer, int8: bool):
-        attn, cross = layer.self_attn, getattr(layer, "encoder_attn", None)
+    def __init__(self, attn, normalize_before: bool, int8: bool):
         self.heads, self.head_dim = attn.num_heads, attn.head_dim
-        self.normalize_before = layer.normalize_before
+        self.normalize_before = normalize_before
         qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
         bias = None
         if all(p.bias is not None for p in qkv):
             bias = torch.cat([p.bias for p in qkv])  # 3C
         self.qkv = Linear(torch.cat([p.weight for p in qkv]), bias, int8)  # 3C x C
         self.out = _linear(attn.out_proj, int8)
-        self.norms = (layer.self_attn_layer_norm, getattr(layer, "encoder_attn_layer_norm", None))
-        if cross is not None:  # decoder layers; encoder layers have none
-            self.cross_q = _linear(cross.q_proj, int8)
-            self.cross_out = _linear(cross.out_proj, int8)
-            self.cross_k, self.cross_v = _linear(cross.k_proj, int8), _linear(cross.v_proj, int8)
-        self.final_norm = layer.final_layer_norm
-        self.fc1, self.fc2 = _linear(layer.fc1, int8), _linear(layer.fc2, int8)
-        self.activation = layer.activation_fn
 
     def split_heads(self, x: Tensor) -> Tensor:
         n, length, _ = x.shape
@@ -138,15 +130,38 @@ class LayerWeights:
         return x.transpose(1, 2).reshape(n, length, heads * dim)  # n x L x C
 
 
-def block(x: Tensor, w: LayerWeights, extra, norm, body) -> Tensor:
+class LayerWeights(AttentionWeights):
+    """One decoder layer's weights, packed for inference; ``causal``: the weights of its
+    causal self-attention (``--insert-causal-attn``, ``causal_sublayer.py``) or None."""
+
+    def __init__(self, layer, int8: bool):
+        super().__init__(layer.self_attn, layer.normalize_before, int8)
+        cross = getattr(layer, "encoder_attn", None)
+        causal = getattr(layer, "causal_attn", None)
+        self.causal = None
+        if causal is not None:
+            self.causal = AttentionWeights(causal, layer.normalize_before, int8)
+            self.causal_norm = layer.causal_attn_layer_norm
+        self.norms = (layer.self_attn_layer_norm, getattr(layer, "encoder_attn_layer_norm", None))
+        if cross is not None:  # decoder layers; encoder layers have none
+            self.cross_q = _linear(cross.q_proj, int8)
+            self.cross_out = _linear(cross.out_proj, int8)
+            self.cross_k, self.cross_v = _linear(cross.k_proj, int8), _linear(cross.v_proj, int8)
+        self.final_norm = layer.final_layer_norm
+        self.fc1, self.fc2 = _linear(layer.fc1, int8), _linear(layer.fc2, int8)
+        self.activation = layer.activation_fn
+
+
+def block(x: Tensor, w: AttentionWeights, extra, norm, body) -> Tensor:
     """Residual sub-layer, post-norm (the paper's) or pre-norm as the layer says."""
     if w.normalize_before:
         return x + body(norm(x), w, extra)
     return norm(x + body(x, w, extra))
 
 
-def self_attention(x: Tensor, w: LayerWeights, keep: Tensor) -> Tensor:
-    """``n x L x C`` -> ``n x L x C``; ``keep`` (``n x 1 x 1 x L``) marks real keys."""
+def self_attention(x: Tensor, w: AttentionWeights, keep: Tensor) -> Tensor:
+    """``n x L x C`` -> ``n x L x C``; ``keep`` (``n x 1 x 1 x L``, or ``n x 1 x L x L``
+    for a causal one) marks the keys each query may see."""
     q, k, v = w.qkv(x).chunk(3, dim=-1)  # n x L x C each
     heads = [w.split_heads(t) for t in (q, k, v)]  # n x H x L x d each
     return w.out(w.merge_heads(F.scaled_dot_product_attention(*heads, attn_mask=keep)))
@@ -210,9 +225,16 @@ class FastDecoder:
             x = x.float()
         self_keep = framed.ne(pad)[:, None, None, :]  # n x 1 x 1 x L'
         cross_keep = keep[sentences][:, None, None, :]  # n x 1 x 1 x S
+        causal_keep = None
+        if self.layers[0].causal is not None:  # --insert-causal-attn: every layer has one
+            length = framed.size(1)
+            past = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # L' x L'
+            causal_keep = self_keep & past  # n x 1 x L' x L': key j <= query i
         last = len(self.layers) - 1
         for i, (w, (keys, values)) in enumerate(zip(self.layers, kv)):
             x = block(x, w, self_keep, w.norms[0], self_attention)
+            if w.causal is not None:
+                x = block(x, w.causal, causal_keep, w.causal_norm, self_attention)
             cross = (keys[sentences], values[sentences], cross_keep)  # n x H x S x d
             x = block(x, w, cross, w.norms[1], cross_attention)
             if i < last:

@@ -21,8 +21,10 @@ layers, output projection); the embedding matrices row by row for the symbols bo
 dictionaries hold, so our appended ``<mask>`` row keeps its initialisation; learned
 position embeddings from the autoregressive model's sinusoidal table (the same values
 at the same positions) when it has no learned ones. The length head keeps its
-initialisation. Anything else (another number of layers, other sizes) is an error naming
-the tensor, never a partial copy.
+initialisation. With ``--insert-causal-attn`` each decoder layer's added causal
+self-attention (and its layer norm) also takes the autoregressive layer's self-attention,
+the one that was causal there. Anything else (another number of layers, other sizes) is
+an error naming the tensor, never a partial copy.
 """
 
 import os
@@ -104,6 +106,19 @@ def _sinusoidal_positions(ar_model, ours: Dict[str, Tensor]) -> Dict[str, Tensor
     return tables
 
 
+def _causal_sublayers(ours: Dict[str, Tensor], theirs: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """Our causal decoder sublayers (``--insert-causal-attn``) from the autoregressive
+    decoder's self-attention, which is causal: it also starts our bidirectional one."""
+    copies = {}
+    for key in ours:
+        if key.startswith("decoder.layers.") and ".causal_attn" in key:
+            source = key.replace(".causal_attn_layer_norm.", ".self_attn_layer_norm.")
+            source = source.replace(".causal_attn.", ".self_attn.")
+            if source in theirs:
+                copies[key] = theirs[source]
+    return copies
+
+
 def _option_differences(ar_model, model) -> List[str]:
     differences = []
     for name, default in COMPARED_OPTIONS.items():
@@ -130,6 +145,7 @@ def init_from_autoregressive(model, path: str, src_dict, tgt_dict, languages=Non
     theirs = dict(ar_model.state_dict())
     positions = _sinusoidal_positions(ar_model, ours)
     theirs.update(positions)
+    theirs.update(_causal_sublayers(ours, theirs))
     state, kept = copy_autoregressive(ours, theirs)
     with torch.no_grad():
         for key, tensor in state.items():
