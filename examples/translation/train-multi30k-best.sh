@@ -47,7 +47,7 @@
 # -0.10, +0.44 / +0.37 and +0.06 / +0.60 on valid / test; -1.77 on valid for a student
 # trained without self-correction, hence only with it.
 # Gap to the teacher's beam 5 at T=10, l=5 with all of it, on test: -2.17 (teacher 1),
-# -0.67 and -1.39 (teacher 2, two student seeds). The CTC student's single pass: 34.78,
+# -0.67 and -1.39 (teacher 2, two student seeds), -1.85 (teacher 3, 2026-12-05). The CTC student's single pass: 34.78,
 # -1.92 on test (2026-12-03).
 # MAX_UPDATE (default 3000) bounds both trainings; TEACHER_FLAGS and
 # STUDENT_FLAGS add training flags. On a 2-core CPU, two threads: about 45 min per
