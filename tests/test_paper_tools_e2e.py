@@ -12,7 +12,7 @@ import shutil
 import sys
 
 import pytest
-from cli import fails, hypotheses, invoke, run
+from cli import fails, hypotheses, invoke, run, tagged
 from conftest import N_TEST, ROOT
 
 TINY = [
@@ -201,6 +201,47 @@ def test_distill_refuses_a_bad_interpolate_value(tiny_run, autoregressive, tmp_p
     assert line.startswith("error: INTERPOLATE must be 0") and "got 'yes'" in line
 
 
+def test_distill_with_an_ensemble_translates_with_the_members_together(
+    tiny_run, autoregressive, tmp_path
+):
+    """TEACHER_CKPT ``a.pt:b.pt`` (fairseq's --path syntax): the targets come from the two
+    teachers' joint beam search, whose hypotheses and scores are neither member's alone."""
+    second = tmp_path / "ar-seed5"
+    run(
+        "fairseq-train", tiny_run / "bin", "--user-dir", "cmlm_plugin", "--task", "translation",
+        "--arch", "transformer", "--criterion", "cross_entropy", "--max-update", "30",
+        "--save-dir", second, *TINY, *QUIET, "--seed", "5",
+    )  # fmt: skip
+    ensemble = f"{autoregressive}:{second / 'checkpoint_last.pt'}"
+    data = tmp_path / "data"
+    shutil.copytree(tiny_run / "bin", data / "bin")
+    out = run("bash", ROOT / "examples/translation/distill.sh", data, ensemble, env={"BEAM": "2"})
+    assert "an ensemble of 2 teachers" in out
+
+    def beam_search(path):  # the script's decoding of the training set: {id: score, pieces}
+        return tagged(
+            run("fairseq-generate", data / "bin", "--user-dir", "cmlm_plugin", "--task",
+                "translation", "--path", path, "--gen-subset", "train", "--beam", "2",
+                "--max-tokens", "8192", "--required-batch-size-multiple", "1", "--cpu",
+                stdout_only=True),
+            "H",
+        )  # fmt: skip
+
+    distilled = tagged((tmp_path / "data-distill/text/generate-train.txt").read_text(), "H")
+    assert len(distilled) >= 290 and distilled == beam_search(ensemble)
+    for member in (autoregressive, second / "checkpoint_last.pt"):
+        assert beam_search(member) != distilled
+
+
+def test_distill_refuses_an_ensemble_with_an_empty_or_missing_member(tiny_run, autoregressive):
+    script = ROOT / "examples/translation/distill.sh"
+    line = fails("bash", script, tiny_run, f"{autoregressive}::{autoregressive}")
+    assert line.startswith("error: TEACHER_CKPT") and "has an empty member" in line
+    missing = tiny_run / "no-such-teacher.pt"
+    line = fails("bash", script, tiny_run, f"{autoregressive}:{missing}")
+    assert line == f"error: teacher checkpoint {missing} not found"
+
+
 def test_decode_speed_benchmark_runs_side_by_side(tiny_run, fairseq_cmlm, autoregressive, tmp_path):
     theirs, ours = fairseq_cmlm
     run(
@@ -270,6 +311,7 @@ def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
                          ({"MAX_UPDATE": "3k"}, "MAX_UPDATE must be a positive integer"),
                          ({"GLANCING": "yes"}, "GLANCING must be 1 (glancing from MAX_UPDATE/2) or 0"),
                          ({"INIT": "teacher"}, "INIT must be 1 (start the student from the teacher's weights) or 0"),
+                         ({"TEACHERS": "0"}, "TEACHERS must be the number of teachers to distil with, 1 to 9"),
                          ({"STUDENT": "ar"}, "STUDENT must be cmlm (Mask-Predict, T=10, l=5) or ctc"),
                          ({"STUDENT": "ctc", "BLANK_PENALTY": "-1"}, "BLANK_PENALTY must be a number >= 0"),
                          ({"SELF_CORRECTION": "1.5"}, "SELF_CORRECTION must be a share of the sentences between 0 (off) and 1"),

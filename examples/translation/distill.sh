@@ -7,7 +7,11 @@
 #
 # DATA_DIR is a prepare-*.sh output (DATA_DIR/bin with the joined dictionary);
 # TEACHER_CKPT a fairseq `transformer` checkpoint trained on it (e.g. by
-# train-multi30k-ar.sh or fairseq's own recipes). OUT_DIR (default DATA_DIR-distill)
+# train-multi30k-ar.sh or fairseq's own recipes), or several joined by ':' (fairseq's
+# --path syntax): an ensemble, whose averaged probabilities make a stronger teacher than
+# any of its members (the Mask-Predict paper distils WMT'14 EN-DE with a transformer large
+# for base students; an ensemble of same-size models is the cheaper way to a stronger
+# teacher; costs one beam search per member). OUT_DIR (default DATA_DIR-distill)
 # gets OUT_DIR/text/train.{src,tgt} (sentencepiece pieces) and OUT_DIR/bin, binarized
 # with the same dictionary; the valid/test files of DATA_DIR/bin are linked in.
 # BEAM (default 5, the paper's teacher beam is 4-5), LENPEN (default 1, fairseq's
@@ -39,7 +43,14 @@ case $INTERPOLATE in
   1) NBEST=$BEAM ;;
   *) echo "error: INTERPOLATE must be 0 (the teacher's top hypothesis) or 1 (of its BEAM best, the closest to the original target by sentence BLEU), got '$INTERPOLATE'" >&2; exit 1 ;;
 esac
-[ -f "$TEACHER" ] || { echo "error: teacher checkpoint $TEACHER not found" >&2; exit 1; }
+[[ ! $TEACHER =~ (^|:)(:|$) ]] || {
+  echo "error: TEACHER_CKPT '$TEACHER' has an empty member: join the checkpoints with single ':'" >&2
+  exit 1
+}
+IFS=: read -r -a MEMBERS <<< "$TEACHER"
+for member in "${MEMBERS[@]}"; do
+  [ -f "$member" ] || { echo "error: teacher checkpoint $member not found" >&2; exit 1; }
+done
 [ -f "$DATA/bin/preprocess.log" ] || { echo "error: $DATA/bin/preprocess.log not found: run a prepare-*.sh first" >&2; exit 1; }
 # the language pair, from fairseq-preprocess's log unless SRC/TGT are set
 SRC=${SRC:-$(sed -n "s/.*source_lang[=': ]*\([a-z_]*\).*/\1/p" "$DATA/bin/preprocess.log" | head -n 1)}
@@ -47,7 +58,8 @@ TGT=${TGT:-$(sed -n "s/.*target_lang[=': ]*\([a-z_]*\).*/\1/p" "$DATA/bin/prepro
 echo "language pair: $SRC-$TGT"
 mkdir -p "$OUT/text" "$OUT/bin"
 
-echo "translating the training set with $TEACHER (beam $BEAM$([ "$NBEST" = 1 ] || echo ", keeping of the $NBEST best the closest to the original target"))"
+ENSEMBLE=$([ "${#MEMBERS[@]}" = 1 ] || echo "an ensemble of ${#MEMBERS[@]} teachers, ")
+echo "translating the training set with $ENSEMBLE$TEACHER (beam $BEAM$([ "$NBEST" = 1 ] || echo ", keeping of the $NBEST best the closest to the original target"))"
 # --user-dir only for the weights-only allow-list of fairseq's own checkpoints
 fairseq-generate "$DATA/bin" --user-dir "$USER_DIR" --task translation --path "$TEACHER" \
   --gen-subset train --source-lang "$SRC" --target-lang "$TGT" --beam "$BEAM" --nbest "$NBEST" --lenpen "$LENPEN" \
