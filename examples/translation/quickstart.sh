@@ -21,12 +21,12 @@
 #               WORK_DIR/multi30k-quick and WORK_DIR/checkpoints/quickstart-tiny
 #   SPM_VOCAB, DEVICE_FLAGS, TRAIN_FLAGS are passed on to the two scripts (TRAIN_FLAGS
 #   last, so they override).
-#   RECIPE=best the best recipe measured (train-multi30k-best.sh: autoregressive teacher,
-#               distillation, student started from the teacher's weights with glancing
-#               and self-correction from half its updates on; BEST_STUDENT_FLAGS adds
-#               student flags, GLANCING=0 or SELF_CORRECTION=0 drops a method,
-#               INIT=0 starts from random weights, TEACHERS=1 distils with one teacher
-#               instead of two), MAX_UPDATE default 3000 per training, into
+#   RECIPE=best the best recipe measured (train-multi30k-best.sh: two autoregressive
+#               teachers, distillation by both, student started from the first teacher's
+#               weights with glancing and self-correction from half its updates on;
+#               BEST_STUDENT_FLAGS adds student flags, GLANCING=0 or SELF_CORRECTION=0
+#               drops a method, INIT=0 starts from random weights, TEACHERS=1 distils
+#               with one teacher instead of two), MAX_UPDATE default 3000 per training, into
 #               WORK_DIR/checkpoints/best; about 2 h on a 2-core CPU (1.5 h with
 #               TEACHERS=1; 36.26 and 35.77 sacreBLEU on test at T=10, l=5 from the
 #               ensemble of two teachers, each teacher 36.67 and 36.48 at beam 5 alone,
