@@ -342,6 +342,26 @@ def test_best_recipe_refuses_a_student_of_the_other_objective_before_training(ti
     assert not (work / "teacher").exists()  # refused before the teacher's training
 
 
+def test_best_recipe_refuses_a_student_of_another_distillation_before_training(tiny_run, tmp_path):
+    """WORK_DIR/student learnt from two teachers' data: TEACHERS=3 would only decode it."""
+    script = ROOT / "examples/translation/train-multi30k-best.sh"
+    data, work = tmp_path / "data", tmp_path / "work"
+    data.mkdir()
+    (data / "bin").symlink_to(tiny_run / "bin")
+    (work / "student").mkdir(parents=True)
+    shutil.copy(tiny_run / "ckpt/checkpoint_last.pt", work / "student/checkpoint_last.pt")
+    (work / "student/distilled-from").write_text(f"{tmp_path}/data-distill-2teachers\n")
+    proc = invoke("bash", script, data, work, env={"TEACHERS": "3"})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert last == (
+        f"error: {work}/student was trained on {tmp_path}/data-distill-2teachers, not "
+        f"{tmp_path}/data-distill-3teachers (TEACHERS=3): use the TEACHERS it was trained "
+        "with, or another WORK_DIR"
+    )
+    assert not (work / "teacher").exists()  # refused before the teacher's training
+
+
 def test_the_small_recipe_decodes_a_ctc_model_with_decode_flags(tiny_run, tmp_path):
     """train-multi30k-small.sh with TRAIN_FLAGS --ctc-upsample 2 and DECODE_FLAGS one pass:
     the recipe trains a CTC model and decodes every test sentence with it."""

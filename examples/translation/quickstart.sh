@@ -21,16 +21,17 @@
 #               WORK_DIR/multi30k-quick and WORK_DIR/checkpoints/quickstart-tiny
 #   SPM_VOCAB, DEVICE_FLAGS, TRAIN_FLAGS are passed on to the two scripts (TRAIN_FLAGS
 #   last, so they override).
-#   RECIPE=best the best recipe measured (train-multi30k-best.sh: two autoregressive
-#               teachers, distillation by both, student started from the first teacher's
-#               weights with glancing and self-correction from half its updates on;
-#               BEST_STUDENT_FLAGS adds student flags, GLANCING=0 or SELF_CORRECTION=0
-#               drops a method, INIT=0 starts from random weights, TEACHERS=1 distils
-#               with one teacher instead of two), MAX_UPDATE default 3000 per training, into
-#               WORK_DIR/checkpoints/best; about 2 h on a 2-core CPU (1.5 h with
-#               TEACHERS=1; 36.26 and 35.77 sacreBLEU on test at T=10, l=5 from the
-#               ensemble of two teachers, each teacher 36.67 and 36.48 at beam 5 alone,
-#               against 23.73 for RECIPE=single at the same 3000 updates; README).
+#   RECIPE=best the best recipe measured (train-multi30k-best.sh: three autoregressive
+#               teachers, distillation by the three together, student started from the
+#               first teacher's weights with glancing and self-correction from half its
+#               updates on; BEST_STUDENT_FLAGS adds student flags, GLANCING=0 or
+#               SELF_CORRECTION=0 drops a method, INIT=0 starts from random weights,
+#               TEACHERS=1 or 2 distils with fewer teachers), MAX_UPDATE default 3000 per
+#               training, into WORK_DIR/checkpoints/best; about 2.5 h on a 2-core CPU (2 h
+#               with TEACHERS=2, 1.5 h with TEACHERS=1; 36.08 and 36.16 sacreBLEU on test
+#               at T=10, l=5 from the ensemble of three teachers, 0.59 and 0.32 below the
+#               first teacher's beam 5 (36.67, 36.48), against 23.73 for RECIPE=single at
+#               the same 3000 updates; README).
 #               Not with QUICK=1 (a 40-update teacher distils nothing worth testing).
 #               STUDENT=ctc trains the student with CTC instead and decodes it in one
 #               pass (train-multi30k-best.sh; 34.78 against the CMLM's 25.47 in one pass).
@@ -63,7 +64,7 @@ STUDENT=${STUDENT:-cmlm}
 BEST_STUDENT_FLAGS=${BEST_STUDENT_FLAGS:-}
 case $RECIPE in
   single) ;;
-  best) [ "$QUICK" = 0 ] || die "RECIPE=best has no QUICK=1 smoke run: drop QUICK=1 (the best recipe trains two teachers and a student, about 2 h on a 2-core CPU)" ;;
+  best) [ "$QUICK" = 0 ] || die "RECIPE=best has no QUICK=1 smoke run: drop QUICK=1 (the best recipe trains three teachers and a student, about 2.5 h on a 2-core CPU)" ;;
   *) die "RECIPE must be single or best, got '$RECIPE'" ;;
 esac
 case $STUDENT in
@@ -137,7 +138,7 @@ fi
 if [ "$RECIPE" = best ]; then
   SAVE=$WORK/checkpoints/best/student
   echo "quickstart: RECIPE=best, MAX_UPDATE=$MAX_UPDATE per training, data $DATA, checkpoints $WORK/checkpoints/best"
-  TEACHERS=${TEACHERS:-2}  # train-multi30k-best.sh's default
+  TEACHERS=${TEACHERS:-3}  # train-multi30k-best.sh's default
   echo "time estimate: $TEACHERS teacher(s) and the student, $MAX_UPDATE updates each, at about" \
     "0.75 updates/s (one-thread trainings on a 2-core AMD EPYC CPU, 2026-12-01), plus about" \
     "7 min of distillation per teacher:" \
