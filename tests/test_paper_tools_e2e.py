@@ -324,42 +324,37 @@ def test_best_recipe_refuses_missing_data_and_bad_budgets(tmp_path):
         assert not (tmp_path / "work").exists()  # nothing trained, nothing written
 
 
-def test_best_recipe_refuses_a_student_of_the_other_objective_before_training(tiny_run, tmp_path):
-    """WORK_DIR/student holds a CMLM: STUDENT=ctc would resume it as a CTC model."""
-    script = ROOT / "examples/translation/train-multi30k-best.sh"
+def refusal_of_held_student(tiny_run, tmp_path, env, marker=None):
+    """The best recipe run on WORK_DIR/student holding the tiny CMLM (and a distilled-from
+    marker): its last stderr line, after checking it stopped before the teacher's training."""
     data, work = tmp_path / "data", tmp_path / "work"
     data.mkdir()
     (data / "bin").symlink_to(tiny_run / "bin")
     (work / "student").mkdir(parents=True)
     shutil.copy(tiny_run / "ckpt/checkpoint_last.pt", work / "student/checkpoint_last.pt")
-    proc = invoke("bash", script, data, work, env={"STUDENT": "ctc"})
-    last = proc.stderr.strip().splitlines()[-1]
+    if marker is not None:
+        (work / "student/distilled-from").write_text(marker + "\n")
+    proc = invoke("bash", ROOT / "examples/translation/train-multi30k-best.sh", data, work, env=env)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert last == (
-        f"error: {work}/student holds a cmlm student (--ctc-upsample 0), not STUDENT=ctc: "
-        "use that STUDENT, or another WORK_DIR"
-    )
     assert not (work / "teacher").exists()  # refused before the teacher's training
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_best_recipe_refuses_a_student_of_the_other_objective_before_training(tiny_run, tmp_path):
+    """WORK_DIR/student holds a CMLM: STUDENT=ctc would resume it as a CTC model."""
+    assert refusal_of_held_student(tiny_run, tmp_path, {"STUDENT": "ctc"}) == (
+        f"error: {tmp_path}/work/student holds a cmlm student (--ctc-upsample 0), not "
+        "STUDENT=ctc: use that STUDENT, or another WORK_DIR"
+    )
 
 
 def test_best_recipe_refuses_a_student_of_another_distillation_before_training(tiny_run, tmp_path):
     """WORK_DIR/student learnt from two teachers' data: TEACHERS=3 would only decode it."""
-    script = ROOT / "examples/translation/train-multi30k-best.sh"
-    data, work = tmp_path / "data", tmp_path / "work"
-    data.mkdir()
-    (data / "bin").symlink_to(tiny_run / "bin")
-    (work / "student").mkdir(parents=True)
-    shutil.copy(tiny_run / "ckpt/checkpoint_last.pt", work / "student/checkpoint_last.pt")
-    (work / "student/distilled-from").write_text(f"{tmp_path}/data-distill-2teachers\n")
-    proc = invoke("bash", script, data, work, env={"TEACHERS": "3"})
-    last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert last == (
-        f"error: {work}/student was trained on {tmp_path}/data-distill-2teachers, not "
-        f"{tmp_path}/data-distill-3teachers (TEACHERS=3): use the TEACHERS it was trained "
-        "with, or another WORK_DIR"
+    old, new = f"{tmp_path}/data-distill-2teachers", f"{tmp_path}/data-distill-3teachers"
+    assert refusal_of_held_student(tiny_run, tmp_path, {"TEACHERS": "3"}, marker=old) == (
+        f"error: {tmp_path}/work/student was trained on {old}, not {new} (TEACHERS=3): "
+        "use the TEACHERS it was trained with, or another WORK_DIR"
     )
-    assert not (work / "teacher").exists()  # refused before the teacher's training
 
 
 def test_the_small_recipe_decodes_a_ctc_model_with_decode_flags(tiny_run, tmp_path):
