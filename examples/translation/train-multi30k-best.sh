@@ -68,8 +68,9 @@
 # ensemble 40.08 / 39.45), the same two students again: +1.44 / +0.62 on valid (p = 0.001
 # by paired bootstrap for the first) and -0.18 / +0.39 on test against two teachers; gaps
 # -0.68 / -0.59 and -0.70 / -0.32 on valid / test, the first default within 1.0 BLEU of
-# the teacher on both sets. The CTC student (STUDENT=ctc) was measured with one teacher
-# only.
+# the teacher on both sets; a second student seed of the first (STUDENT_FLAGS="--seed 2")
+# -1.27 / -0.35. STUDENT=ctc on the three teachers' targets, from the first teacher: 37.04
+# / 35.99 in one pass, -0.29 / -0.68 (2026-12-05, one seed).
 # MAX_UPDATE (default 3000) bounds every training; TEACHER_FLAGS and
 # STUDENT_FLAGS add training flags. On a 2-core CPU, two threads: about 30 to 50 min per
 # training (TEACHERS + 1 of them), 16 min of distillation with three teachers (13 with
